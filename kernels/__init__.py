@@ -1,0 +1,1 @@
+"""Triton kernels, one sub-package per op, each with its pure-torch reference."""

@@ -1,0 +1,5 @@
+import sys
+
+from compendium.cli import main
+
+sys.exit(main())

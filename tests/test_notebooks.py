@@ -1,0 +1,66 @@
+"""Every notebook: paired, headed by its claim, parametrised, and executed by papermill at the
+cpu profile, recording every claim that claims.yaml assigns to it."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import jupytext
+import pytest
+
+from compendium import claims, paths, runner
+
+NOTEBOOKS = runner.list_notebooks()
+
+
+def _cells(nb):
+    return [(c.cell_type, c.source.strip(), tuple(c.metadata.get("tags", ()))) for c in nb.cells]
+
+
+def test_there_are_notebooks_for_both_papers():
+    assert "00_tour" in NOTEBOOKS
+    assert any(n.startswith("protot/") for n in NOTEBOOKS) and any(n.startswith("accpp/") for n in NOTEBOOKS)
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_pair_is_in_sync(name):
+    py = paths.notebooks_dir() / f"{name}.py"
+    ipynb = py.with_suffix(".ipynb")
+    assert ipynb.exists(), f"{ipynb.name} is missing: run `make sync`"
+    assert _cells(jupytext.read(py)) == _cells(jupytext.read(ipynb)), f"{name}: .py and .ipynb differ; run `make sync`"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_header_and_parameters(name):
+    nb = jupytext.read(paths.notebooks_dir() / f"{name}.py")
+    first = nb.cells[0]
+    assert first.cell_type == "markdown" and first.source.startswith("# "), "the first cell is the title"
+    assert "**Claim (" in first.source, "the first cell states the claim: **Claim (<paper>, <where>):**"
+    assert "**Checked here:**" in first.source, "the first cell says what is checked and at what scale"
+    params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", ())]
+    assert len(params) == 1, "exactly one cell tagged 'parameters'"
+    names = {line.split("=")[0].strip() for line in params[0].source.splitlines() if "=" in line}
+    assert {"PROFILE", "SEED", "DEVICE"} <= names
+    assert 'PROFILE = "cpu"' in params[0].source
+    body = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "profiles.check(PROFILE)" in body, "the notebook validates its profile"
+    owned = [c for p in claims.paper_ids() for c in claims.load_paper(p).claims.values() if c.notebook == name]
+    for c in owned:
+        assert f'"{c.key}"' in body, f"{name} owns {c.key} in claims.yaml but never records it"
+
+
+@pytest.mark.notebook
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_executes_at_cpu_profile(name, tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    monkeypatch.setenv("COMPENDIUM_RESULTS", str(results))
+    res = runner.run_notebook(name, profile="cpu", seed=0, output_dir=tmp_path / "out", progress=False)
+    assert res.output.exists()
+    owned = [c for p in claims.paper_ids() for c in claims.load_paper(p).claims.values() if c.notebook == name]
+    for c in owned:
+        path = results / c.paper / f"{c.id}.cpu.json"
+        assert path.exists(), f"{name} did not record {c.key}"
+        entry = json.loads(path.read_text())
+        assert entry["profile"] == "cpu" and entry["value"] is not None
