@@ -83,19 +83,19 @@ for name in notebooks:
 # %%
 train = data.load_corpus("train")
 valid = data.load_corpus("validation")
-per_source = (pd.DataFrame({"source": train["source"]}).value_counts().rename("train documents")
-              .to_frame().join(pd.DataFrame({"source": valid["source"]}).value_counts().rename("validation documents"))
-              .fillna(0).astype(int))
-per_source["train characters"] = pd.Series(
-    {s: sum(map(len, train.filter(lambda x: x["source"] == s)["text"])) for s in per_source.index.get_level_values(0)}
-).values
-per_source.sort_values("train characters", ascending=False).head(12)
+docs = pd.concat([train.to_pandas().assign(split="train"), valid.to_pandas().assign(split="validation")])
+docs["characters"] = docs["text"].str.len()
+per_source = (docs.groupby(["source", "split"])
+              .agg(documents=("id", "size"), characters=("characters", "sum"))
+              .unstack("split", fill_value=0)
+              .sort_values(("characters", "train"), ascending=False))
+per_source
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3.2))
-top = per_source.sort_values("train characters", ascending=False).head(12)
-ax.barh([s[0] if isinstance(s, tuple) else s for s in top.index], top["train characters"] / 1e6, color="#029e73")
-ax.invert_yaxis(); ax.set_xlabel("million characters (train split)"); ax.set_title("Largest sources of the training mix")
+top = per_source[("characters", "train")] / 1e6
+ax.barh(top.index, top.values, color="#029e73")
+ax.invert_yaxis(); ax.set_xlabel("million characters (train split)"); ax.set_title("Sources of the training mix")
 plotting.savefig(fig, "tour/corpus_sources", profile=PROFILE)
 plt.show()
 
