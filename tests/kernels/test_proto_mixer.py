@@ -1,0 +1,316 @@
+"""Tests of kernels/proto_mixer: gated linear attention with a constant per-channel decay.
+
+Three torch forms (quadratic, recurrent, chunked) agree in float64; then the Triton chunked and
+fused recurrent kernels match a float64 reference in outputs, final states and the gradients
+of every input (q, k, v, log_decay, initial_state), at odd shapes (T not a multiple of the chunk,
+K from 1 to 64, V from 1 to 128 with 60 and 33 among them), in float32 and float16; bfloat16
+only on a GPU (the interpreter's bf16 tl.dot is wrong). Kernel outputs start as NaN (conftest.py). Under the interpreter the whole
+file takes about 1.5 minutes on 2 CPU cores (the T = 8192 test ~30 s of it).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kernels.proto_mixer import (
+    chunk_decay_linear_attn,
+    chunk_decay_linear_attn_ref,
+    decay_linear_attn,
+    fused_recurrent_decay_linear_attn,
+    naive_decay_linear_attn,
+    recurrent_decay_linear_attn_ref,
+)
+from kernels.proto_mixer import resolve_backend
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+HAS_CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if HAS_CUDA and not INTERPRET else "cpu"
+triton_ok = pytest.mark.skipif(not (INTERPRET or HAS_CUDA), reason="Triton needs a CUDA GPU or TRITON_INTERPRET=1")
+gpu_only = pytest.mark.skipif(not HAS_CUDA or INTERPRET, reason="bfloat16 tl.dot needs a real GPU (wrong under the interpreter)")
+
+# Tolerances per dtype, in one place: the relative RMS error ||x - ref|| / ||ref|| against a
+# float64 reference computed from the same (rounded) inputs. The kernels accumulate in float32
+# (tl.dot with input_precision="ieee"), so float16 inputs only add the rounding of outputs and
+# gradients to float16 (~5e-4 relative) plus float32 accumulation.
+RATIO = {torch.float64: 1e-12, torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
+
+
+def assert_close(name: str, ref: torch.Tensor, tri: torch.Tensor, ratio: float) -> None:
+    """Relative RMS error of tri against ref at most ratio; tri must be finite everywhere (so a
+    NaN left in an unwritten output fails)."""
+    assert tri.shape == ref.shape, f"{name}: shape {tuple(tri.shape)} != {tuple(ref.shape)}"
+    tri64, ref64 = tri.detach().double().cpu(), ref.detach().double().cpu()
+    assert torch.isfinite(tri64).all(), f"{name}: non-finite values ({(~torch.isfinite(tri64)).sum().item()})"
+    err = (tri64 - ref64).pow(2).mean().sqrt() / ref64.pow(2).mean().sqrt().clamp_min(1e-30)
+    assert err <= ratio, f"{name}: relative RMS error {err.item():.3e} > {ratio:.1e}"
+
+
+def make_inputs(B, T, H, K, V, dtype, seed=0, log_decay=None, h0=True, device=DEVICE):
+    """ProtoT-like inputs: k a softmax over the K prototypes (the write gate), q positive (read
+    gate / normaliser), v Gaussian values, decays spread over [-4, -0.01] unless given."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.rand(B, T, H, K, generator=g) * 2
+    k = torch.softmax(torch.randn(B, T, H, K, generator=g) * 2, dim=-1)
+    v = torch.randn(B, T, H, V, generator=g)
+    a = -torch.exp(torch.empty(H, K).uniform_(-4.6, 1.4, generator=g)) if log_decay is None else log_decay
+    s0 = torch.randn(B, H, K, V, generator=g) if h0 else None
+    cast = lambda x, dt: None if x is None else x.to(device=device, dtype=dt)
+    state_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    return cast(q, dtype), cast(k, dtype), cast(v, dtype), cast(a, state_dtype), cast(s0, state_dtype)
+
+
+def run_with_grads(fn, q, k, v, a, s0, do, dht, dtype=None, **kw):
+    """Runs fn (optionally in another dtype) and returns o, final state and the gradients of
+    (sum(o * do) + sum(S_T * dht)) w.r.t. q, k, v, log_decay, initial_state."""
+    xs = [None if x is None else x.detach().clone() for x in (q, k, v, a, s0)]
+    if dtype is not None:
+        xs = [None if x is None else x.to(dtype) for x in xs]
+    for x in xs:
+        if x is not None:
+            x.requires_grad_(True)
+    o, ht = fn(*xs, output_final_state=True, **kw)
+    loss = (o * do.to(o.dtype)).sum() + (ht * dht.to(ht.dtype)).sum()
+    loss.backward()
+    return o, ht, [None if x is None else x.grad for x in xs]
+
+
+def check_against_reference(fn, ref_fn, shape, dtype, seed=0, log_decay=None, h0=True, **kw):
+    B, T, H, K, V = shape
+    q, k, v, a, s0 = make_inputs(B, T, H, K, V, dtype, seed=seed, log_decay=log_decay, h0=h0)
+    g = torch.Generator().manual_seed(seed + 1)
+    do = torch.randn(B, T, H, V, generator=g).to(q.device)
+    dht = torch.randn(B, H, K, V, generator=g).to(q.device)
+    o, ht, grads = run_with_grads(fn, q, k, v, a, s0, do, dht, **kw)
+    o_ref, ht_ref, grads_ref = run_with_grads(ref_fn, q, k, v, a, s0, do, dht, dtype=torch.float64)
+    assert o.dtype == dtype and ht.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+    r = RATIO[dtype]
+    assert_close("o", o_ref, o, r)
+    assert_close("final_state", ht_ref, ht, r)
+    for name, g_ref, g_tri in zip(["dq", "dk", "dv", "dlog_decay", "dh0"], grads_ref, grads):
+        if g_ref is None:
+            assert g_tri is None, name
+            continue
+        assert_close(name, g_ref, g_tri, r)
+
+
+# -- the torch forms --------------------------------------------------------------------------
+@pytest.mark.parametrize("h0", [True, False])
+def test_torch_forms_agree(h0):
+    """Quadratic, recurrent and chunked torch forms: same outputs, states and gradients (float64)."""
+    for ref in (recurrent_decay_linear_attn_ref, chunk_decay_linear_attn_ref):
+        check_against_reference(ref, naive_decay_linear_attn, (2, 63, 2, 5, 7), torch.float64, h0=h0)
+
+
+def test_torch_chunk_ref_chunk_sizes():
+    q, k, v, a, s0 = make_inputs(1, 50, 1, 6, 9, torch.float64, device="cpu")
+    o_ref, ht_ref = naive_decay_linear_attn(q, k, v, a, s0, True)
+    for C in (1, 7, 16, 64):
+        o, ht = chunk_decay_linear_attn_ref(q, k, v, a, s0, True, chunk_size=C)
+        assert_close(f"o C={C}", o_ref, o, 1e-12)
+        assert_close(f"S C={C}", ht_ref, ht, 1e-12)
+
+
+# -- the chunked Triton kernels ----------------------------------------------------------------
+CHUNK_SHAPES = [
+    (2, 63, 2, 16, 60),    # T < one chunk, V = 60 (not a power of two), two heads
+    (1, 200, 1, 64, 128),  # R = 64 prototypes, value width 128, 4 chunks with a partial one
+    (2, 37, 3, 5, 33),     # R = 5 (K padded to a block of 16), odd everything
+]
+
+
+@triton_ok
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("shape", CHUNK_SHAPES, ids=lambda s: "B{}-T{}-H{}-K{}-V{}".format(*s))
+def test_chunk_matches_reference(shape, dtype):
+    check_against_reference(chunk_decay_linear_attn, naive_decay_linear_attn, shape, dtype)
+
+
+@triton_ok
+def test_chunk_normaliser_scan_shape():
+    """K = V = 1 with one head per prototype: the ProtoT normaliser n_t = beta n_{t-1} + w_t as the
+    same op (q = 1, k = w, v = 1), as protot.mixer.decay_cumsum writes it."""
+    check_against_reference(chunk_decay_linear_attn, naive_decay_linear_attn, (1, 70, 8, 1, 1), torch.float32)
+
+
+@triton_ok
+def test_chunk_without_initial_state():
+    check_against_reference(chunk_decay_linear_attn, naive_decay_linear_attn, (1, 70, 2, 16, 24),
+                            torch.float32, h0=False)
+
+
+@triton_ok
+@pytest.mark.parametrize("diag_3d", [False, True], ids=["diag-loop", "diag-3d"])
+def test_chunk_gpu_tiling(diag_3d):
+    """The GPU tiling (sub-chunks of 16 inside chunks of 64: off-diagonal tiles by pivoted tl.dot,
+    diagonal tiles by a column loop) gives the same results as the interpreter's default."""
+    check_against_reference(chunk_decay_linear_attn, naive_decay_linear_attn, (1, 100, 1, 20, 40),
+                            torch.float32, chunk_size=64, sub_chunk_size=16, diag_3d=diag_3d)
+
+
+@triton_ok
+@pytest.mark.parametrize("chunk_size", [16, 32, 128])
+def test_chunk_sizes(chunk_size):
+    check_against_reference(chunk_decay_linear_attn, naive_decay_linear_attn, (1, 45, 1, 8, 20),
+                            torch.float32, chunk_size=chunk_size)
+
+
+@triton_ok
+@pytest.mark.slow
+def test_extreme_decays_long_sequence():
+    """T = 8192 with decays from exp(-20) (forgets at once) to exp(-1e-4) (half-life ~6900
+    tokens): nothing overflows, outputs, states and all gradients match float64."""
+    K = 16
+    a = -torch.logspace(-4, torch.log10(torch.tensor(20.0)).item(), K)[None]  # (H=1, K): -1e-4 ... -20
+    ref = functools.partial(chunk_decay_linear_attn_ref, chunk_size=64)
+    check_against_reference(chunk_decay_linear_attn, ref, (1, 8192, 1, K, 32), torch.float32, log_decay=a)
+
+
+@gpu_only
+@pytest.mark.gpu
+def test_chunk_bfloat16():
+    check_against_reference(chunk_decay_linear_attn, naive_decay_linear_attn, (2, 300, 2, 32, 64), torch.bfloat16)
+
+
+# -- the fused recurrent kernel ---------------------------------------------------------------
+@triton_ok
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_fused_recurrent_matches_reference(dtype):
+    check_against_reference(fused_recurrent_decay_linear_attn, naive_decay_linear_attn, (2, 63, 2, 16, 60), dtype)
+
+
+@triton_ok
+def test_fused_recurrent_extreme_decays():
+    K = 16
+    a = -torch.logspace(-4, torch.log10(torch.tensor(20.0)).item(), K)[None]
+    q, k, v, a, s0 = make_inputs(1, 1024, 1, K, 24, torch.float32, log_decay=a)
+    o, ht = fused_recurrent_decay_linear_attn(q, k, v, a, s0, True)
+    o_ref, ht_ref = chunk_decay_linear_attn_ref(*(x.double() for x in (q, k, v, a, s0)), output_final_state=True)
+    assert_close("o", o_ref, o, RATIO[torch.float32])
+    assert_close("final_state", ht_ref, ht, RATIO[torch.float32])
+
+
+@triton_ok
+def test_decoding_with_state_continues_prefill():
+    """Prefill T0 tokens with the chunked kernel, decode the rest one token at a time with the
+    fused recurrent kernel and the carried state: the same outputs as one pass over all tokens."""
+    T0, T = 50, 54
+    q, k, v, a, s0 = make_inputs(2, T, 1, 16, 20, torch.float32)
+    o_full, ht_full = chunk_decay_linear_attn(q, k, v, a, s0, True)
+    o0, state = chunk_decay_linear_attn(q[:, :T0], k[:, :T0], v[:, :T0], a, s0, True)
+    outs = [o0]
+    for t in range(T0, T):
+        o_t, state = fused_recurrent_decay_linear_attn(q[:, t:t + 1], k[:, t:t + 1], v[:, t:t + 1], a, state, True)
+        outs.append(o_t)
+    assert_close("o", o_full, torch.cat(outs, 1), RATIO[torch.float32])
+    assert_close("state", ht_full, state, RATIO[torch.float32])
+
+
+# -- dispatch and API --------------------------------------------------------------------------
+def test_backend_resolution():
+    assert resolve_backend("auto", torch.device("cpu")) == "torch"
+    assert resolve_backend("auto", torch.device("cuda")) == "triton"
+    assert resolve_backend("torch", torch.device("cuda")) == "torch"
+    assert resolve_backend("triton", torch.device("cpu")) == "triton"
+    with pytest.raises(ValueError):
+        resolve_backend("cuda", torch.device("cpu"))
+
+
+def test_auto_backend_on_cpu_is_torch(monkeypatch):
+    import kernels.proto_mixer as pm
+
+    def boom(*a, **k):
+        raise AssertionError("the Triton path was taken on the CPU with backend='auto'")
+
+    monkeypatch.setattr(pm, "chunk_decay_linear_attn", boom)
+    monkeypatch.setattr(pm, "fused_recurrent_decay_linear_attn", boom)
+    q, k, v, a, s0 = make_inputs(1, 20, 1, 4, 6, torch.float32, device="cpu")
+    o, ht = decay_linear_attn(q, k, v, a, s0, True)
+    o_ref, ht_ref = naive_decay_linear_attn(q, k, v, a, s0, True)
+    assert_close("o", o_ref, o, 1e-6)
+
+
+@triton_ok
+@pytest.mark.parametrize("T", [3, 40])  # decode-sized (fused recurrent) and chunked
+def test_triton_backend_matches_torch_backend(T):
+    q, k, v, a, s0 = make_inputs(1, T, 2, 8, 12, torch.float32)
+    with torch.no_grad():
+        o1, h1 = decay_linear_attn(q, k, v, a, s0, True, backend="triton")
+        o2, h2 = decay_linear_attn(q, k, v, a, s0, True, backend="torch")
+    assert_close("o", o2, o1, RATIO[torch.float32])
+    assert_close("state", h2, h1, RATIO[torch.float32])
+
+
+@triton_ok
+def test_input_validation():
+    q, k, v, a, s0 = make_inputs(1, 8, 1, 4, 6, torch.float32)
+    with pytest.raises(ValueError):
+        chunk_decay_linear_attn(q, k, v, a[:, :3])
+    with pytest.raises(ValueError):
+        chunk_decay_linear_attn(q, k[:, :5], v, a)
+    with pytest.raises(ValueError):
+        chunk_decay_linear_attn(q, k, v, a, s0[..., :5])
+    with pytest.raises(TypeError):
+        chunk_decay_linear_attn(q.double(), k, v, a)
+    # mixed dtypes (a float32 softmax gate with float16 values) run in the promoted dtype
+    o_mixed, _ = chunk_decay_linear_attn(q, k, v.half(), a)
+    o_ref, _ = naive_decay_linear_attn(q, k, v.half().float(), a)
+    assert o_mixed.dtype == torch.float32
+    assert_close("o mixed dtypes", o_ref, o_mixed, RATIO[torch.float32])
+    with pytest.raises(ValueError):
+        chunk_decay_linear_attn(q, k, v, a, chunk_size=48)
+
+
+@pytest.mark.slow
+def test_kernels_compile_for_sm90():
+    """The compiled (non-interpreter) path: every kernel builds to a cubin for sm_90 with the
+    GPU-default settings, on the CPU (tests/kernels/compile_for_gpu.py); ~25 s on a cold cache."""
+    pytest.importorskip("triton")
+    script = os.path.join(os.path.dirname(__file__), "compile_for_gpu.py")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    assert out.stdout.count("compiled ") == 9, out.stdout
+
+
+def test_import_does_not_need_triton_or_cuda():
+    code = ("import sys, kernels.proto_mixer as m; "
+            "assert 'triton' not in sys.modules, 'triton imported at package import'; print('ok')")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr
+
+
+# -- the GPU benchmark script --------------------------------------------------------------------
+def test_gpu_bench_dry_run(tmp_path):
+    """benchmarks/gpu_bench.py imports and runs its CPU-safe parts (torch paths, tiny shapes)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_bench.py"
+    spec = importlib.util.spec_from_file_location("gpu_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "bench.json"
+    bench.main(["--dry-run", "--sections", "op,decode", "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert result["meta"]["dry_run"] is True
+    assert result["op"] and all(r["ok"] for r in result["op"]), result["op"]
+    assert {r["impl"] for r in result["op"]} == {"protot_torch", "sdpa"}
+    assert result["decode"] and all(r["ok"] for r in result["decode"]), result["decode"]
+    assert all(g["met"] is None for g in result["goals"].values())
+    # the goal logic itself, on made-up GPU rows
+    op = [{"impl": "protot_triton", "mode": "fwd", "T": 1024, "ms": 1.2, "ok": True},
+          {"impl": "fla_simple_gla", "mode": "fwd", "T": 1024, "ms": 1.0, "ok": True}]
+    train = [{"arch": "protot", "context": 4096, "tokens_per_s": 2.0, "ok": True},
+             {"arch": "llama", "context": 4096, "tokens_per_s": 1.0, "ok": True}]
+    dec = [{"what": "model_protot", "context": c, "ms_per_token": 1.0, "ok": True} for c in (1024, 32768)]
+    goals = bench.check_goals(op, train, dec)
+    assert goals["kernel_vs_chunk_simple_gla"]["met"] is True
+    assert goals["protot_passes_llama_training"]["first_context_where_protot_is_faster"] == 4096
+    assert goals["protot_decode_flat"]["met"] is True
