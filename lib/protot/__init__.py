@@ -1,1 +1,8 @@
-"""protot package."""
+"""protot: the Prototype Transformer (arXiv 2602.11852) family.
+
+    protot.mixer      the generic decayed linear-attention op (quadratic / recurrent / chunked
+                      torch forms, Triton dispatch) and its decay parametrisation
+    protot.models     ProtoT + LLaMA / DeltaNet / Mamba baselines; build_model, count_parameters
+    protot.intervene  mask / reinitialise / clamp one prototype (context managers)
+    protot.bench      timing helpers shared by the derivation notebook and benchmarks/bench_mixer.py
+"""

@@ -1,0 +1,162 @@
+"""Timing and memory helpers shared by notebooks/protot/01_mixer_derivation.py and
+benchmarks/bench_mixer.py. Times are the best of repeated runs (decoding: the best round median,
+contexts interleaved) in one process, so that ratios taken from one run stay comparable on a
+shared, loaded machine.
+
+Memory is measured as the bytes of the tensors autograd saves for the backward pass (unique
+storages, via ``torch.autograd.graph.saved_tensors_hooks``): the activation memory of training,
+deterministic and independent of the allocator, unlike a process RSS.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import torch
+
+from protot.mixer import decay_linear_attn
+
+
+def best_time(fn, repeats: int = 3, warmup: int = 1) -> float:
+    """Best (minimum) wall time of ``fn()`` in seconds over ``repeats`` runs, the timeit
+    convention: other processes only ever add time, so the minimum is the least noisy estimate."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def median_time(fn, repeats: int = 3, warmup: int = 1) -> float:
+    """Median wall time of ``fn()`` in seconds over ``repeats`` runs after ``warmup`` runs."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def saved_activation_bytes(fn) -> int:
+    """Bytes of unique storages autograd saves while running ``fn()`` (no backward is run)."""
+    seen, total = set(), 0
+
+    def pack(t):
+        nonlocal total
+        try:
+            key = (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+        except Exception:
+            key = (id(t), t.numel() * t.element_size())
+        if key not in seen:
+            seen.add(key)
+            total += key[1]
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return total
+
+
+def op_inputs(T: int, B: int = 1, H: int = 1, K: int = 32, V: int = 128, dtype=torch.float32,
+              requires_grad: bool = False, seed: int = 0):
+    """Random inputs of the generic op shaped like one ProtoT layer (K = R prototypes, V = d_v)."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.rand(B, T, H, K, generator=gen).to(dtype)
+    k = torch.softmax(torch.randn(B, T, H, K, generator=gen), -1).to(dtype)
+    v = torch.randn(B, T, H, V, generator=gen).to(dtype)
+    half_lives = torch.logspace(0, math.log10(256), K)                 # 1 .. 256 tokens
+    g = (math.log(0.5) / half_lives).expand(H, K).contiguous().to(dtype)
+    xs = [q, k, v, g]
+    if requires_grad:
+        xs = [x.requires_grad_() for x in xs]
+    return xs
+
+
+def time_form(form: str, T: int, backward: bool = False, repeats: int = 3, chunk_size: int = 64, warmup: int = 1,
+              **shape) -> float:
+    """Best-of-``repeats`` seconds of the op in ``form`` at length T (forward, or forward + backward)."""
+    xs = op_inputs(T, requires_grad=backward, **shape)
+
+    def run():
+        if backward:
+            o, _ = decay_linear_attn(*xs, form=form, backend="torch", chunk_size=chunk_size)
+            o.sum().backward()
+        else:
+            with torch.no_grad():
+                decay_linear_attn(*xs, form=form, backend="torch", chunk_size=chunk_size)
+
+    return best_time(run, repeats=repeats, warmup=warmup)
+
+
+def memory_form(form: str, T: int, chunk_size: int = 64, **shape) -> int:
+    """Activation bytes saved for backward by the op in ``form`` at length T."""
+    xs = op_inputs(T, requires_grad=True, **shape)
+    return saved_activation_bytes(lambda: decay_linear_attn(*xs, form=form, backend="torch", chunk_size=chunk_size))
+
+
+def loglog_slope(xs, ys) -> float:
+    """Least-squares slope of log y against log x."""
+    lx = torch.tensor([math.log(x) for x in xs], dtype=torch.float64)
+    ly = torch.tensor([math.log(y) for y in ys], dtype=torch.float64)
+    lx = lx - lx.mean()
+    return float((lx * (ly - ly.mean())).sum() / (lx * lx).sum())
+
+
+@torch.no_grad()
+def prefilled_cache(model, context: int, vocab_size: int, seed: int = 0, synthetic_kv: bool = True):
+    """A cache holding ``context`` tokens. ProtoT / DeltaNet / Mamba: a real prefill (the recurrent
+    state has a fixed size). LLaMA with ``synthetic_kv``: random keys/values of the right shape
+    (decode cost depends only on the cache length; avoids an O(T^2) prefill on the CPU)."""
+    from protot.models.common import RecurrentCache
+    from protot.models.llama import Attention
+    gen = torch.Generator().manual_seed(seed)
+    if synthetic_kv and isinstance(model.layers[0].mixer, Attention):
+        cache = RecurrentCache(len(model.layers))
+        for layer_cache, block in zip(cache.layers, model.layers):
+            a = block.mixer
+            shape = (1, a.H, context, a.hd)
+            layer_cache["k"] = torch.randn(shape, generator=gen).to(model.dtype)
+            layer_cache["v"] = torch.randn(shape, generator=gen).to(model.dtype)
+        cache.seen_tokens = context
+        return cache
+    ids = torch.randint(0, vocab_size, (1, context), generator=gen)
+    return model(ids, use_cache=True).cache
+
+
+@torch.no_grad()
+def decode_times(model, contexts, vocab_size: int, rounds: int = 5, tokens_per_round: int = 8,
+                 seed: int = 0) -> dict:
+    """{context: seconds per generated token} (batch 1) after ``context`` cached tokens.
+
+    All caches are prefilled first; then ``rounds`` rounds each decode ``tokens_per_round`` tokens
+    from every context in turn (interleaved, so that load from other processes hits all contexts
+    alike). The result per context is the best round median: on a shared machine the least
+    disturbed estimate of the per-token cost.
+    """
+    model.eval()
+    caches = {L: prefilled_cache(model, L, vocab_size, seed=seed) for L in contexts}
+    toks = {L: torch.zeros(1, 1, dtype=torch.long) for L in contexts}
+    best = {L: float("inf") for L in contexts}
+    for rnd in range(rounds + 1):                                       # round 0 warms up
+        for L in contexts:
+            times = []
+            for _ in range(tokens_per_round):
+                t0 = time.perf_counter()
+                logits = model(toks[L], cache=caches[L], use_cache=True).logits
+                times.append(time.perf_counter() - t0)
+                toks[L] = logits[:, -1:].argmax(-1)
+            if rnd > 0:
+                best[L] = min(best[L], statistics.median(times))
+    return best
+
+
+def decode_time_per_token(model, context: int, vocab_size: int, n_tokens: int = 32, seed: int = 0) -> float:
+    """Seconds per generated token after ``context`` cached tokens (see ``decode_times``)."""
+    return decode_times(model, [context], vocab_size, rounds=max(1, n_tokens // 8), seed=seed)[context]

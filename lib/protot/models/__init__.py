@@ -1,0 +1,123 @@
+"""The model family: ProtoT and its LLaMA / DeltaNet / Mamba baselines, one backbone, sized alike.
+
+    build_model(arch, size, vocab_size, **overrides) -> PreTrainedModel
+    count_parameters(model) -> {"total", "embedding", "non_embedding"}
+
+Sizes: "tiny" (a few-second CPU test size), "small" (paper: 6 layers, hidden 256, context 256),
+"large" (paper: 12 layers, hidden 512). The baselines' SwiGLU width is chosen so that their
+non-embedding parameter count matches ProtoT's at the same size (``intermediate_size`` in
+overrides switches the matching off).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
+
+from protot.models.common import BaseCausalLM, BaseLMConfig, RecurrentCache
+from protot.models.deltanet import DeltaNetBaselineConfig, DeltaNetBaselineForCausalLM
+from protot.models.llama import LlamaBaselineConfig, LlamaBaselineForCausalLM
+from protot.models.mamba import MambaBaselineConfig, MambaBaselineForCausalLM
+from protot.models.protot import ProtoMixer, ProtoTConfig, ProtoTForCausalLM
+
+ARCHS = {
+    "protot": (ProtoTConfig, ProtoTForCausalLM),
+    "llama": (LlamaBaselineConfig, LlamaBaselineForCausalLM),
+    "deltanet": (DeltaNetBaselineConfig, DeltaNetBaselineForCausalLM),
+    "mamba": (MambaBaselineConfig, MambaBaselineForCausalLM),
+}
+
+# Shared backbone per size; family-specific defaults below.
+SIZES = {
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, intermediate_size=160, max_position_embeddings=64),
+    "small": dict(hidden_size=256, num_hidden_layers=6, intermediate_size=704, max_position_embeddings=256),
+    "large": dict(hidden_size=512, num_hidden_layers=12, intermediate_size=1376, max_position_embeddings=256),
+}
+FAMILY_SIZES = {
+    "protot": {"tiny": dict(num_prototypes=8, chunk_size=16, init_half_life_max=64.0),
+               "small": dict(num_prototypes=32), "large": dict(num_prototypes=32)},
+    "llama": {"tiny": dict(num_attention_heads=2), "small": dict(num_attention_heads=4),
+              "large": dict(num_attention_heads=8)},
+    "deltanet": {"tiny": dict(num_heads=2, chunk_size=16), "small": dict(num_heads=4), "large": dict(num_heads=8)},
+    "mamba": {"tiny": dict(state_size=8), "small": dict(), "large": dict()},
+}
+_SHARED = {"vocab_size", "hidden_size", "num_hidden_layers", "max_position_embeddings", "rms_norm_eps",
+           "tie_word_embeddings", "initializer_range"}
+
+
+def count_parameters(model: torch.nn.Module) -> dict:
+    """Unique parameters: total, embedding (input embedding + untied output head), non-embedding."""
+    seen, total, emb = set(), 0, 0
+    emb_params = set()
+    if isinstance(model, PreTrainedModel):
+        emb_params.add(id(model.get_input_embeddings().weight))
+        out = model.get_output_embeddings()
+        if out is not None:
+            emb_params.add(id(out.weight))
+    for p in model.parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        total += p.numel()
+        if id(p) in emb_params:
+            emb += p.numel()
+    return {"total": total, "embedding": emb, "non_embedding": total - emb}
+
+
+def make_config(arch: str, size: str, vocab_size: int, **overrides) -> BaseLMConfig:
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}; valid: {sorted(ARCHS)}")
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; valid: {list(SIZES)}")
+    cfg_cls, _ = ARCHS[arch]
+    kwargs = {**SIZES[size], **FAMILY_SIZES[arch][size], "vocab_size": vocab_size, **overrides}
+    return cfg_cls(**kwargs)
+
+
+def _non_embedding_on_meta(arch, config) -> int:
+    with torch.device("meta"):
+        model = ARCHS[arch][1](config)
+    return count_parameters(model)["non_embedding"]
+
+
+def matched_intermediate_size(arch: str, size: str, vocab_size: int, **overrides) -> int:
+    """SwiGLU width (multiple of 8) making ``arch``'s non-embedding count closest to ProtoT's."""
+    shared = {k: v for k, v in overrides.items() if k in _SHARED}
+    target = _non_embedding_on_meta("protot", make_config("protot", size, vocab_size, **shared))
+    a, b = 64, 128
+    pa = _non_embedding_on_meta(arch, make_config(arch, size, vocab_size, **overrides, intermediate_size=a))
+    pb = _non_embedding_on_meta(arch, make_config(arch, size, vocab_size, **overrides, intermediate_size=b))
+    per_unit = (pb - pa) / (b - a)                                      # params are linear in the width
+    width = a + (target - pa) / per_unit
+    return max(8, int(round(width / 8)) * 8)
+
+
+def build_model(arch: str, size: str, vocab_size: int, **overrides) -> PreTrainedModel:
+    """A freshly initialised model of family ``arch`` at ``size``; overrides set config fields."""
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}; valid: {sorted(ARCHS)}")
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; valid: {list(SIZES)}")
+    if arch != "protot" and "intermediate_size" not in overrides:
+        overrides["intermediate_size"] = matched_intermediate_size(arch, size, vocab_size, **overrides)
+    config = make_config(arch, size, vocab_size, **overrides)
+    return ARCHS[arch][1](config)
+
+
+def _register():
+    for cfg_cls, model_cls in ARCHS.values():
+        try:
+            AutoConfig.register(cfg_cls.model_type, cfg_cls)
+            AutoModelForCausalLM.register(cfg_cls, model_cls)
+        except ValueError:   # already registered (module reloaded)
+            pass
+
+
+_register()
+
+__all__ = [
+    "ARCHS", "SIZES", "build_model", "count_parameters", "make_config", "matched_intermediate_size",
+    "RecurrentCache", "BaseCausalLM", "ProtoTConfig", "ProtoTForCausalLM", "ProtoMixer",
+    "LlamaBaselineConfig", "LlamaBaselineForCausalLM", "DeltaNetBaselineConfig",
+    "DeltaNetBaselineForCausalLM", "MambaBaselineConfig", "MambaBaselineForCausalLM",
+]

@@ -1,0 +1,276 @@
+"""ProtoT: the LLaMA-style backbone with attention replaced by the prototype mixer.
+
+Equations (working specification, not quotations; see ``protot.mixer`` for the derivation):
+    w_t = softmax(sim(W_w x_t, P) / tau_w)      r_t = softmax(sim(W_r x_t, P) / tau_r)     (R,)
+    v_t = W_v x_t                                                                        (d_v,)
+    S_t = beta * S_{t-1} + w_t^T v_t,   n_t = beta * n_{t-1} + m_t   (m = w, 1, or none)  (R, d_v), (R,)
+    y_t = alpha * W_o ( (r_t / (n_t + eps)) S_t )
+Code name -> paper symbol: write_proj = W_w, read_proj = W_r, prototypes = p_k (R, P),
+value_proj = W_v, out_proj = W_o, decay_param = theta (beta = sigmoid(theta)), alpha = alpha.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from protot.mixer import (
+    BACKENDS, FORMS, decay_cumsum, decay_linear_attn, half_life_to_log_decay, log_decay_from_param,
+    log_decay_to_half_life, param_from_log_decay,
+)
+from protot.models.common import BaseCausalLM, BaseLMConfig, ProtoTCausalLMOutput, ShortConv, _require
+
+
+class ProtoTConfig(BaseLMConfig):
+    r"""ProtoT configuration. Every choice the paper leaves open is a field here.
+
+    num_prototypes (R): prototypes (= channels) per layer. Paper: labels up to P31, so R >= 32 in
+        the large model; the exact R per setting is unknown. Default 32.
+    proto_dim (P): width of the space where tokens meet prototypes (W_w, W_r: d -> P). Unknown;
+        None -> hidden_size.
+    value_dim (d_v): width of the value path W_v: d -> d_v. Reviews mention half the hidden size;
+        None -> hidden_size // 2.
+    write_temperature / read_temperature (tau_w, tau_r): softmax temperatures; the paper has separate
+        ones, values unknown. Default 1.0 each; must be > 0.
+    similarity: "dot" (<a, p> / sqrt(P)) or "cosine" (cos(a, p)). The paper says "similarity"; unknown.
+    decay_parametrization: beta_k = sigmoid(theta_k) ("sigmoid", default) or exp(-softplus(theta_k))
+        ("exp_softplus"). Unknown which the paper uses.
+    init_half_life_min / init_half_life_max: initial half-lives (tokens), geometrically spaced over
+        the R prototypes of each layer (beta = 0.5 ** (1 / h)). Unknown; default 1 .. 256 (the context).
+    init_decays: optional explicit initial beta per prototype (length R, each in (0, 1)); overrides
+        the half-life range.
+    normalization: "write_mass" (n = discounted sum of write gates; c is a weighted prefix mean,
+        default), "count" (n = discounted token count), or "none" (no division). Unknown.
+    norm_eps: eps in q = r / (n + eps); a channel that has received ~no mass reads ~0.
+    include_current: whether token t is in its own prefix (s <= t, default) or not (s < t). With
+        "none" normalisation the exclusive form reads S_{t-1}. The paper's wording ("past tokens") is
+        ambiguous.
+    alpha_init: initial value of the ReZero-like scalar alpha on the mixer output. The paper has an
+        "alpha-gate init" hyperparameter, value unknown; default 0.1 (0 would be pure ReZero).
+    conv_size / conv_layers: a depthwise causal convolution of width conv_size on the mixer input in
+        the first conv_layers layers (reviews: width 4 in layers 0 and 1). conv_layers = 0 disables it.
+    mixer_form: torch form of the op: "chunk" (default), "quadratic" (reference), "recurrent".
+    mixer_backend: "auto" (Triton on CUDA when kernels.proto_mixer imports, else torch), "torch", "triton".
+    chunk_size: chunk length C of the chunked form.
+    """
+
+    model_type = "protot"
+
+    num_prototypes: int = 32
+    proto_dim: int | None = None
+    value_dim: int | None = None
+    write_temperature: float = 1.0
+    read_temperature: float = 1.0
+    similarity: str = "dot"
+    decay_parametrization: str = "sigmoid"
+    init_half_life_min: float = 1.0
+    init_half_life_max: float = 256.0
+    init_decays: list | None = None
+    normalization: str = "write_mass"
+    norm_eps: float = 1e-6
+    include_current: bool = True
+    alpha_init: float = 0.1
+    conv_size: int = 4
+    conv_layers: int = 2
+    mixer_form: str = "chunk"
+    mixer_backend: str = "auto"
+    chunk_size: int = 64
+
+    def validate_fields(self):
+        super().validate_fields()
+        R = self.num_prototypes
+        _require(isinstance(R, int) and R >= 1, "num_prototypes", f"R must be an int >= 1, got {R!r}")
+        _require(self.proto_dim is None or self.proto_dim >= 1, "proto_dim", f"must be >= 1, got {self.proto_dim}")
+        _require(self.value_dim is None or self.value_dim >= 1, "value_dim", f"must be >= 1, got {self.value_dim}")
+        _require(self.write_temperature > 0, "write_temperature", f"must be > 0, got {self.write_temperature}")
+        _require(self.read_temperature > 0, "read_temperature", f"must be > 0, got {self.read_temperature}")
+        _require(self.similarity in ("dot", "cosine"), "similarity", f"must be 'dot' or 'cosine', got {self.similarity!r}")
+        _require(self.decay_parametrization in ("sigmoid", "exp_softplus"), "decay_parametrization",
+                 f"must be 'sigmoid' or 'exp_softplus', got {self.decay_parametrization!r}")
+        _require(self.init_half_life_min > 0, "init_half_life_min", f"must be > 0, got {self.init_half_life_min}")
+        _require(self.init_half_life_max >= self.init_half_life_min, "init_half_life_max",
+                 f"must be >= init_half_life_min ({self.init_half_life_min}), got {self.init_half_life_max}")
+        if self.init_decays is not None:
+            decays = list(self.init_decays)
+            _require(len(decays) == R, "init_decays", f"needs one decay per prototype ({R}), got {len(decays)}")
+            _require(all(0.0 < float(b) < 1.0 for b in decays), "init_decays",
+                     f"every decay must lie in (0, 1), got {decays}")
+        _require(self.normalization in ("write_mass", "count", "none"), "normalization",
+                 f"must be 'write_mass', 'count' or 'none', got {self.normalization!r}")
+        _require(self.norm_eps >= 0, "norm_eps", f"must be >= 0, got {self.norm_eps}")
+        _require(self.conv_size >= 1, "conv_size", f"must be >= 1, got {self.conv_size}")
+        _require(self.conv_layers >= 0, "conv_layers", f"must be >= 0, got {self.conv_layers}")
+        _require(self.mixer_form in FORMS, "mixer_form", f"must be one of {FORMS}, got {self.mixer_form!r}")
+        _require(self.mixer_backend in BACKENDS, "mixer_backend", f"must be one of {BACKENDS}, got {self.mixer_backend!r}")
+        _require(self.chunk_size >= 1, "chunk_size", f"must be >= 1, got {self.chunk_size}")
+
+    @property
+    def proto_width(self) -> int:
+        return self.proto_dim if self.proto_dim is not None else self.hidden_size
+
+    @property
+    def value_width(self) -> int:
+        return self.value_dim if self.value_dim is not None else self.hidden_size // 2
+
+    def initial_log_decays(self) -> torch.Tensor:
+        """(R,) initial log beta, float64."""
+        if self.init_decays is not None:
+            return torch.log(torch.tensor([float(b) for b in self.init_decays], dtype=torch.float64))
+        R = self.num_prototypes
+        h = torch.logspace(math.log10(self.init_half_life_min), math.log10(self.init_half_life_max), R,
+                           dtype=torch.float64)
+        return half_life_to_log_decay(h)
+
+
+class ProtoMixer(nn.Module):
+    """The prototype mixer of one layer. Interventions (see ``protot.intervene``): ``mask_write`` /
+    ``mask_read`` (sets of prototype indices removed from the write / read softmax: logit -inf, the
+    rest renormalised), ``clamp_write`` / ``clamp_read`` ({k: value}: gate k set to value after the
+    softmax, the others left as they are)."""
+
+    def __init__(self, config: ProtoTConfig, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        d, P, R, Dv = config.hidden_size, config.proto_width, config.num_prototypes, config.value_width
+        self.conv = ShortConv(d, config.conv_size) if layer_idx < config.conv_layers else None
+        self.write_proj = nn.Linear(d, P, bias=False)                   # W_w
+        self.read_proj = nn.Linear(d, P, bias=False)                    # W_r
+        self.prototypes = nn.Parameter(torch.empty(R, P))              # p_k
+        self.value_proj = nn.Linear(d, Dv, bias=False)                  # W_v
+        self.out_proj = nn.Linear(Dv, d, bias=False)                    # W_o
+        self.decay_param = nn.Parameter(torch.empty(R))                # theta_k
+        self.alpha = nn.Parameter(torch.empty(()))                     # alpha
+        self.mask_write: set[int] = set()
+        self.mask_read: set[int] = set()
+        self.clamp_write: dict[int, float] = {}
+        self.clamp_read: dict[int, float] = {}
+        self.reset_mixer_parameters()
+
+    @torch.no_grad()
+    def reset_mixer_parameters(self):
+        cfg = self.config
+        nn.init.normal_(self.prototypes, std=1.0)
+        theta = param_from_log_decay(cfg.initial_log_decays(), cfg.decay_parametrization)
+        self.decay_param.copy_(theta.to(self.decay_param.dtype))
+        self.alpha.fill_(cfg.alpha_init)
+
+    # -- parametrisation ---------------------------------------------------------------------------
+    def log_decay(self) -> torch.Tensor:
+        """(R,) log beta_k < 0."""
+        return log_decay_from_param(self.decay_param, self.config.decay_parametrization)
+
+    def half_lives(self) -> torch.Tensor:
+        """(R,) half-life of each prototype's channel, in tokens."""
+        return log_decay_to_half_life(self.log_decay())
+
+    def gate(self, a: torch.Tensor, temperature: float, mask: set, clamp: dict) -> torch.Tensor:
+        """a: (B, T, P) -> softmax over prototypes of sim(a, p_k) / temperature: (B, T, R)."""
+        if self.config.similarity == "cosine":
+            logits = F.normalize(a, dim=-1) @ F.normalize(self.prototypes, dim=-1).t()
+        else:
+            logits = a @ self.prototypes.t() / math.sqrt(a.shape[-1])   # (B, T, R)
+        logits = logits / temperature
+        if mask:
+            keep = torch.ones(logits.shape[-1], dtype=torch.bool, device=logits.device)
+            keep[sorted(mask)] = False
+            if not bool(keep.any()):
+                raise ValueError("all prototypes masked")
+            logits = logits.masked_fill(~keep, float("-inf"))
+        g = torch.softmax(logits, dim=-1)
+        if clamp:
+            g = g.clone()
+            for k, val in clamp.items():
+                g[..., k] = val
+        return g
+
+    # -- forward -----------------------------------------------------------------------------------
+    def forward(self, x, layer_cache=None, output_gates: bool = False):
+        """x: (B, T, d) (already RMS-normed) -> y: (B, T, d), aux (dict of gates/states or None)."""
+        cfg = self.config
+        B, T, d = x.shape
+        if self.conv is not None:
+            x = self.conv(x, layer_cache, key="conv")                  # (B, T, d)
+        w = self.gate(self.write_proj(x), cfg.write_temperature, self.mask_write, self.clamp_write)   # (B, T, R)
+        r = self.gate(self.read_proj(x), cfg.read_temperature, self.mask_read, self.clamp_read)      # (B, T, R)
+        v = self.value_proj(x)                                          # (B, T, d_v)
+        g = self.log_decay().to(x.dtype)                                # (R,)
+        R = g.shape[0]
+        if cfg.normalization == "write_mass":
+            m = w
+        elif cfg.normalization == "count":
+            m = torch.ones_like(w)
+        else:
+            m = None
+        cache = layer_cache if layer_cache is not None else {}
+        S0, n0 = cache.get("S"), cache.get("n")                         # (B, 1, R, d_v), (B, R)
+        k_in, v_in, m_in = w, v, m
+        if not cfg.include_current:
+            # s < t: feed the op the inputs shifted by one; the token before this call is "pending"
+            pk = cache.get("pending_k", w.new_zeros(B, 1, R))
+            pv = cache.get("pending_v", v.new_zeros(B, 1, v.shape[-1]))
+            k_in = torch.cat([pk, w[:, :-1]], dim=1)                    # (B, T, R)
+            v_in = torch.cat([pv, v[:, :-1]], dim=1)                    # (B, T, d_v)
+            if m is not None:
+                m_in = torch.cat([cache.get("pending_m", m.new_zeros(B, 1, R)), m[:, :-1]], dim=1)
+        form = "recurrent" if T == 1 else cfg.mixer_form
+        if m_in is not None:
+            n, nT = decay_cumsum(m_in, g, n0, form=form, chunk_size=cfg.chunk_size)   # (B, T, R), (B, R)
+            q = r / (n + cfg.norm_eps)                                  # (B, T, R)
+        else:
+            q, nT = r, None
+        o, ST = decay_linear_attn(q[:, :, None], k_in[:, :, None], v_in[:, :, None], g[None], S0,
+                                  True, form=form, backend=cfg.mixer_backend, chunk_size=cfg.chunk_size)
+        y = self.alpha * self.out_proj(o[:, :, 0])                      # (B, T, d)
+        if layer_cache is not None:
+            layer_cache["S"], layer_cache["n"] = ST.detach(), None if nT is None else nT.detach()
+            if not cfg.include_current:
+                layer_cache["pending_k"], layer_cache["pending_v"] = w[:, -1:].detach(), v[:, -1:].detach()
+                if m is not None:
+                    layer_cache["pending_m"] = m[:, -1:].detach()
+        aux = None
+        if output_gates:
+            S_incl, n_incl = ST[:, 0], nT                               # (B, R, d_v), (B, R)
+            if not cfg.include_current:                                 # fold in the pending token
+                beta = g.exp()
+                S_incl = beta[None, :, None] * S_incl + w[:, -1, :, None] * v[:, -1, None, :]
+                if m is not None:
+                    n_incl = beta * n_incl + m[:, -1]
+            channel = S_incl if n_incl is None else S_incl / (n_incl[..., None] + cfg.norm_eps)
+            aux = {"write_gate": w, "read_gate": r, "state": S_incl, "normaliser": n_incl,
+                   "channel": channel, "half_life": self.half_lives().detach(), "alpha": self.alpha.detach()}
+        return y, aux
+
+
+class ProtoTForCausalLM(BaseCausalLM):
+    """ProtoT language model. ``model(ids, output_gates=True).gates[l]`` is a dict with
+    write_gate (B, T, R), read_gate (B, T, R), state S_T (B, R, d_v), normaliser n_T (B, R),
+    channel c_T = S_T / (n_T + eps) (B, R, d_v), half_life (R,), alpha. Interventions: protot.intervene."""
+
+    config_class = ProtoTConfig
+
+    def make_mixer(self, config, layer_idx):
+        return ProtoMixer(config, layer_idx)
+
+    def init_mixer_weights(self, module):
+        if isinstance(module, ProtoMixer):
+            module.reset_mixer_parameters()
+
+    def mixer_kwargs(self, cache, output_gates: bool = False, **kwargs):
+        return {"output_gates": output_gates}
+
+    def make_output(self, loss, logits, cache, hidden, auxes, output_gates: bool = False, **kwargs):
+        return ProtoTCausalLMOutput(loss=loss, logits=logits, cache=cache,
+                                    hidden_states=None if hidden is None else tuple(hidden),
+                                    gates=tuple(auxes) if output_gates else None)
+
+    # -- interpretability accessors ---------------------------------------------------------------
+    def mixers(self) -> list[ProtoMixer]:
+        return [block.mixer for block in self.layers]
+
+    def half_lives(self) -> torch.Tensor:
+        """(L, R) half-life of every channel, in tokens."""
+        return torch.stack([m.half_lives() for m in self.mixers()]).detach()
