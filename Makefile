@@ -28,7 +28,7 @@ help:  ## list the targets
 
 all: setup check-data  ## main job: set up, run every notebook at PROFILE, rebuild the claims tables
 	@echo ">> executing every notebook with papermill (profile $(PROFILE), seed $(SEED), device $(DEVICE))"
-	$(PY) -m compendium run --profile $(PROFILE) --seed $(SEED) --device $(DEVICE)
+	$(PY) -m compendium run --profile $(PROFILE) --seed $(SEED) --device $(DEVICE) --publish-figures
 
 test: setup check-data  ## set up and run the whole test suite (executes every notebook too)
 	@echo ">> running the test suite"

@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--output", default=None, help="folder for executed notebooks (default build/notebooks)")
     p_run.add_argument("--keep-going", action="store_true", help="run the rest after a failure")
     p_run.add_argument("--no-claims", action="store_true", help="do not rebuild the claims tables afterwards")
+    p_run.add_argument("--publish-figures", action="store_true",
+                       help="copy the run's figures into papers/<paper>/figures/ (the main job does)")
 
     sub.add_parser("list", help="list the notebooks")
     sub.add_parser("claims", help="rebuild papers/*/CLAIMS.md from the recorded values")
@@ -66,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         names or None, keep_going=args.keep_going, profile=args.profile, seed=args.seed, device=args.device,
         parameters=dict(args.param), output_dir=Path(args.output) if args.output else None,
     )
+    if args.publish_figures:
+        from compendium import plotting
+
+        copied = plotting.publish(claims.paper_ids())
+        print(f"copied {len(copied)} figure(s) into papers/<paper>/figures/")
     if not args.no_claims:
         for path in claims.write_tables():
             print(f"wrote {path}")

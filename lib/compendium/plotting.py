@@ -33,6 +33,25 @@ def savefig(fig, name: str, *, profile: str | None = None) -> Path:
     return path
 
 
+def publish(papers: list[str]) -> list[Path]:
+    """Copy the figures of a run (``<output>/figures/<paper>/*.png``) into ``papers/<paper>/figures/``,
+    so that a reader of the repository sees the latest main run's figures without running anything."""
+    import shutil
+
+    copied = []
+    for paper in papers:
+        src = paths.figures_dir() / paper
+        if not src.is_dir():
+            continue
+        dest = paths.papers_dir() / paper / "figures"
+        dest.mkdir(parents=True, exist_ok=True)
+        for png in sorted(src.glob("*.png")):
+            with atomic.atomic_path(dest / png.name) as tmp:
+                shutil.copyfile(png, tmp)
+            copied.append(dest / png.name)
+    return copied
+
+
 def paper_line(ax, value: float, label: str = "paper", *, axis: str = "y", **kwargs) -> None:
     """Draw the paper's value as a dashed reference line."""
     style = dict(color="0.25", linestyle="--", linewidth=1.2, label=label)

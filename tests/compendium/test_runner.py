@@ -51,3 +51,16 @@ def test_cli_rejects_bad_names_and_profiles(fake_root):
     for args, message in ((["run", "nope"], "does not exist"), (["run", "--profile", "huge"], "unknown profile 'huge'")):
         out = subprocess.run([sys.executable, "-m", "compendium", *args], capture_output=True, text=True)
         assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+def test_publish_copies_a_papers_figures(fake_root, monkeypatch):
+    from compendium import paths, plotting
+
+    monkeypatch.setenv("COMPENDIUM_OUTPUT", str(fake_root / "build"))
+    (fake_root / "papers" / "demo").mkdir()
+    fig_dir = paths.figures_dir() / "demo"
+    fig_dir.mkdir(parents=True)
+    (fig_dir / "a.png").write_bytes(b"png")
+    copied = plotting.publish(["demo", "absent"])
+    assert [p.relative_to(fake_root).as_posix() for p in copied] == ["papers/demo/figures/a.png"]
+    assert (fake_root / "papers/demo/figures/a.png").read_bytes() == b"png"
