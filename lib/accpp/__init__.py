@@ -1,1 +1,20 @@
-"""accpp package."""
+"""ACC++ circuit tracing through nnsight (Franco, Tassis, Rohr, Crovella, arXiv 2602.13483).
+
+Public API (import the modules; nothing runs at import time):
+
+- ``accpp.models.load_model(name)`` -> (model, tokenizer): "smollm2-135m", "gemma-3-270m" (offline
+  packages, converted once into ``compendium.paths.cache_dir()/models``) or a Hub id (gpt2, ...).
+- ``accpp.arch.from_model(model)`` -> Arch (weights per family; UnsupportedArchitecture otherwise).
+- ``accpp.decompose``: ``collect`` (one nnsight pass), ``Decomposition`` (residual components),
+  ``head_svds`` (per-head SVD of W_Q W_K^T, cached on disk per model).
+- ``accpp.signals``: ``FiringSolver.solve(Firing)`` (candidates, IG, greedy -> signal edges),
+  ``ig_direction``, ``greedy``, ``tau_for``, ``firing_exactness``.
+- ``accpp.trace``: ``Tracer(model, tok, name).trace(ids, correct, wrong)`` -> ``Circuit``
+  (networkx MultiDiGraph + metadata); ``accpp.graph`` saves/loads JSON and summarises.
+- ``accpp.acc.acc_trace``: the ACC baseline (70% of the linear score, no IG/greedy).
+- ``accpp.datasets``: IOI prompts (mixed / balanced sets, single-token names) and metrics.
+- ``accpp.roles``: IOI roles of a circuit's firings; the published GPT-2 circuit by role.
+- ``accpp.ioi``: glue (trace a prompt, exactness over a circuit, one-row summaries).
+- ``accpp.figures``: layered circuit drawing, signal-rank histogram.
+- ``accpp.testing``: tiny random float64 models of every supported family.
+"""

@@ -1,0 +1,70 @@
+"""IOI prompt generation and metrics (GPT-2 tokenizer from data/, no model needed)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from accpp.datasets import (MultiTokenName, evaluate, ioi_balanced, ioi_mixed, make_prompt, name_token,
+                            single_token_names)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from transformers import PreTrainedTokenizerFast
+
+    from compendium import paths
+
+    return PreTrainedTokenizerFast(tokenizer_file=str(paths.data_dir() / "tokenizers" / "gpt2_tokenizer.json"))
+
+
+def test_mixed_set(tok):
+    prompts = ioi_mixed(tok, n=256, seed=0)
+    assert len(prompts) == 256
+    assert {p.order for p in prompts} == {"ABBA", "BABA"}
+    assert ioi_mixed(tok, n=5, seed=0)[0] == prompts[0]  # deterministic given the seed
+    for p in prompts[:50]:
+        ids = p.input_ids
+        assert ids[p.pos["IO"]] == p.io_id and ids[p.pos["S1"]] == p.s_id == ids[p.pos["S2"]]
+        assert p.pos["S1"] < p.pos["S2"] < p.pos["END"] == len(ids) - 1
+        assert (p.pos["IO"] < p.pos["S1"]) == (p.order == "ABBA")
+        assert p.io != p.s and not p.text.endswith(" ")
+
+
+def test_balanced_set(tok):
+    prompts = ioi_balanced(tok, per_order=2)
+    assert len(prompts) == 15 * 4
+    for t in range(15):
+        orders = [p.order for p in prompts if p.template == t]
+        assert orders.count("ABBA") == orders.count("BABA") == 2
+
+
+def test_abba_baba_text(tok):
+    baba = make_prompt(tok, 0, "BABA", "Mary", "John", "store", "drink")
+    abba = make_prompt(tok, 0, "ABBA", "Mary", "John", "store", "drink")
+    assert baba.text == "Then, John and Mary went to the store. John gave a drink to"
+    assert abba.text == "Then, Mary and John went to the store. John gave a drink to"
+
+
+def test_multi_token_name_is_an_error(tok):
+    assert "Mary" in single_token_names(tok, ["Mary", "Zxqvbn"])
+    with pytest.raises(MultiTokenName, match="Zxqvbn"):
+        name_token(tok, "Zxqvbn")
+    with pytest.raises(MultiTokenName):
+        make_prompt(tok, 0, "BABA", "Zxqvbn", "John", "store", "drink")
+
+
+def test_metrics_on_a_stub_model(tok):
+    prompts = ioi_mixed(tok, n=6, seed=1)
+
+    class Stub(torch.nn.Module):  # puts logit 2 on every IO token, 0 elsewhere
+        def forward(self, ids):
+            out = torch.zeros(ids.shape[0], ids.shape[1], 50257)
+            for p in prompts:
+                out[:, -1, p.io_id] = 2.0
+            return type("O", (), {"logits": out})
+
+    m = evaluate(Stub(), prompts)
+    assert m.accuracy == float((m.logit_diff > 0).double().mean()) > 0
+    # each prompt's S is another prompt's IO sometimes; logit diff is 2 unless S also got 2
+    assert all(x in (0.0, 2.0) for x in m.logit_diff.tolist())
+    assert 0 < float(m.p_io.min()) and float(m.p_io.max()) < 1
