@@ -15,6 +15,8 @@ Public API (import the modules; nothing runs at import time):
 - ``accpp.datasets``: IOI prompts (mixed / balanced sets, single-token names) and metrics.
 - ``accpp.roles``: IOI roles of a circuit's firings; the published GPT-2 circuit by role.
 - ``accpp.ioi``: glue (trace a prompt, exactness over a circuit, one-row summaries).
+- ``accpp.multilingual``: our IOI templates for en/es/fr/pt, position-free component/signal sets,
+  Jaccard distances between languages, average linkage.
 - ``accpp.figures``: layered circuit drawing, signal-rank histogram.
 - ``accpp.testing``: tiny random float64 models of every supported family.
 """

@@ -1,0 +1,239 @@
+"""Multilingual IOI (en, es, fr, pt): prompts, circuit component/signal sets, language distances.
+
+The templates, places, objects and the choice of names are OURS, written for this compendium
+(``data/names/ioi_multilingual_templates.json``): the ACC++ authors' multilingual templates and
+names are not public. English templates are six of the IOI BABA templates (indices in
+``en_template_indices``); the Spanish, French and Portuguese ones are our translations of them,
+index for index, and places/objects are parallel lists too, so a prompt built from the same
+(template, order, names, place, object) differs between languages only by the language.
+ABBA mirrors come from the same rule as :mod:`accpp.datasets`. Names: per-language Faker lists
+(``first_names.json``) or the ``shared_names`` list (the same spelling in all four languages),
+always filtered to names that are ONE token (with the leading space) for the tokenizer in use;
+an explicit multi-token name raises :class:`accpp.datasets.MultiTokenName`.
+
+Circuit sets (position-free, since token positions differ between languages):
+- components: ``A{l}.{h}`` for every head firing node and ``M{l}`` for every MLP node;
+- edges: (sender, receiver head, side) for every signal edge;
+- signals: (sender, receiver head, side, k) for every singular index k the edge keeps.
+Senders are ``A{l}.{h}``, ``M{l}``, ``E`` (embedding), ``B{l}`` (bias), ``O{l}.{h}`` (offset).
+"""
+from __future__ import annotations
+
+import json
+import random
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+
+from accpp.datasets import IOIPrompt, load_names, make_prompt, single_token_names
+
+__all__ = ["LANGUAGES", "load", "language_names", "shared_names", "ml_prompt", "language_set", "parallel_sets",
+           "component_set", "edge_set", "signal_set", "jaccard", "language_distances", "mean_offdiag",
+           "closest_pair", "closest_pair_stable", "average_linkage", "draw_dendrogram"]
+
+LANGUAGES = ("en", "es", "fr", "pt")
+
+
+@lru_cache(maxsize=1)
+def _load_text() -> str:
+    from compendium import paths
+
+    return (paths.data_dir() / "names" / "ioi_multilingual_templates.json").read_text(encoding="utf-8")
+
+
+def load() -> dict:
+    """The multilingual template data (a fresh copy)."""
+    return json.loads(_load_text())
+
+
+def _lang(lang: str) -> dict:
+    data = load()["languages"]
+    if lang not in data:
+        raise ValueError(f"unknown language {lang!r}; known: {sorted(data)}")
+    return data[lang]
+
+
+def language_names(tokenizer, lang: str) -> list[str]:
+    """The language's names that are single tokens for ``tokenizer`` (deduplicated, list order)."""
+    spec = _lang(lang)
+    names = [n for src in spec["name_sources"] for n in load_names(src)]
+    names = [n for n in dict.fromkeys(names) if not any(n.startswith(p) for p in spec["exclude_name_prefixes"])]
+    return single_token_names(tokenizer, names)
+
+
+def shared_names(tokenizer) -> list[str]:
+    """Names spelled the same in all four languages, single tokens for ``tokenizer``."""
+    excl = tuple(p for lang in LANGUAGES for p in _lang(lang)["exclude_name_prefixes"])
+    return single_token_names(tokenizer, [n for n in load()["shared_names"] if not n.startswith(excl)])
+
+
+def ml_prompt(tokenizer, lang: str, template: int, order: str, io: str, s: str, place: int, obj: int) -> IOIPrompt:
+    """One IOI prompt in ``lang``; ``place`` and ``obj`` are indices into the parallel lists."""
+    spec = _lang(lang)
+    return make_prompt(tokenizer, template, order, io, s, spec["places"][place], spec["objects"][obj],
+                       templates={"ioi_baba_templates": spec["templates"]})
+
+
+def _draws(rng: random.Random, n: int, n_templates: int, n_places: int, n_objects: int) -> list[tuple]:
+    return [(rng.randrange(n_templates), rng.choice(("ABBA", "BABA")), rng.randrange(n_places),
+             rng.randrange(n_objects), rng.random()) for _ in range(n)]
+
+
+def language_set(tokenizer, lang: str, n: int, seed: int = 0) -> list[IOIPrompt]:
+    """n prompts in ``lang`` with the language's own names; template/order/place/object draws are
+    the same for every language given the seed (only the names differ)."""
+    spec = _lang(lang)
+    names = language_names(tokenizer, lang)
+    draws = _draws(random.Random(seed), n, len(spec["templates"]), len(spec["places"]), len(spec["objects"]))
+    name_rng = random.Random(f"{seed}-{lang}")
+    out = []
+    for t, order, p, o, _ in draws:
+        io, s = name_rng.sample(names, 2)
+        out.append(ml_prompt(tokenizer, lang, t, order, io, s, p, o))
+    return out
+
+
+def parallel_sets(tokenizer, n: int, seed: int = 0, languages=LANGUAGES) -> dict[str, list[IOIPrompt]]:
+    """n prompts per language, prompt i identical across languages up to translation: same template,
+    order, place, object and the same (IO, S) pair from :func:`shared_names`. Templates cycle
+    through all of them and orders alternate, so small n covers both orders."""
+    spec = _lang(languages[0])
+    names = shared_names(tokenizer)
+    if len(names) < 2:
+        raise ValueError("fewer than two shared names are single tokens for this tokenizer")
+    rng = random.Random(seed)
+    k = len(spec["templates"])
+    rows = []
+    for i in range(n):
+        io, s = rng.sample(names, 2)
+        rows.append((i % k, ("BABA", "ABBA")[i % 2], rng.randrange(len(spec["places"])),
+                     rng.randrange(len(spec["objects"])), io, s))
+    return {lang: [ml_prompt(tokenizer, lang, t, order, io, s, p, o) for t, order, p, o, io, s in rows]
+            for lang in languages}
+
+
+# ---------------------------------------------------------------- circuit sets and distances
+
+def _label(d: dict) -> str:
+    kind = d["kind"]
+    if kind == "head":
+        return f"A{d['layer']}.{d['head']}"
+    if kind == "mlp":
+        return f"M{d['layer']}"
+    if kind == "emb":
+        return "E"
+    if kind == "bias":
+        return f"B{d['layer']}"
+    if kind == "offset":
+        return f"O{d['layer']}.{d['head']}"
+    return kind.upper()
+
+
+def component_set(g) -> frozenset:
+    """Heads and MLPs of a circuit graph, position-free: {'A3.1', 'M5', ...}."""
+    return frozenset(_label(d) for _, d in g.nodes(data=True) if d["kind"] in ("head", "mlp"))
+
+
+def edge_set(g) -> frozenset:
+    """Signal edges without their singular indices: {(sender, receiver head, side)}."""
+    return frozenset((_label(g.nodes[u]), _label(g.nodes[v]), d["side"])
+                     for u, v, d in g.edges(data=True) if d["side"] in ("d", "s"))
+
+
+def signal_set(g) -> frozenset:
+    """Signals: {(sender, receiver head, side, singular index k)} over all signal edges."""
+    return frozenset((_label(g.nodes[u]), _label(g.nodes[v]), d["side"], int(k))
+                     for u, v, d in g.edges(data=True) if d["side"] in ("d", "s") for k in d["sing"])
+
+
+def jaccard(a, b) -> float:
+    """Jaccard similarity |a & b| / |a | b| (1 for two empty sets)."""
+    a, b = set(a), set(b)
+    return 1.0 if not (a or b) else len(a & b) / len(a | b)
+
+
+def language_distances(sets: dict[str, list], languages=None) -> pd.DataFrame:
+    """Mean Jaccard distance 1 - J between languages over matched prompts (sets[lang][i] are the
+    circuits of parallel prompt i); the diagonal is 0."""
+    langs = list(languages or sets)
+    n = {len(sets[lang]) for lang in langs}
+    if len(n) != 1:
+        raise ValueError("every language needs the same number of matched circuits")
+    D = pd.DataFrame(0.0, index=langs, columns=langs)
+    for i, a in enumerate(langs):
+        for b in langs[i + 1:]:
+            D.loc[a, b] = D.loc[b, a] = float(np.mean([1 - jaccard(x, y) for x, y in zip(sets[a], sets[b])]))
+    return D
+
+
+def mean_offdiag(D: pd.DataFrame) -> float:
+    m = D.to_numpy()
+    return float(m[~np.eye(len(m), dtype=bool)].mean())
+
+
+def closest_pair(D: pd.DataFrame) -> tuple[str, str, float, float]:
+    """(a, b, distance, margin to the second-closest pair) of the smallest off-diagonal entry."""
+    langs = list(D.index)
+    pairs = sorted((float(D.loc[a, b]), a, b) for i, a in enumerate(langs) for b in langs[i + 1:])
+    (d0, a, b), d1 = pairs[0], pairs[1][0] if len(pairs) > 1 else float("nan")
+    return a, b, d0, d1 - d0
+
+
+def closest_pair_stable(sets: dict[str, list], languages=None) -> bool:
+    """Whether leaving out any one matched prompt keeps the same closest language pair."""
+    langs = list(languages or sets)
+    n = len(sets[langs[0]])
+    a, b, *_ = closest_pair(language_distances(sets, langs))
+    for i in range(n):
+        sub = {lang: [x for j, x in enumerate(sets[lang]) if j != i] for lang in langs}
+        if n < 2 or closest_pair(language_distances(sub, langs))[:2] != (a, b):
+            return False
+    return True
+
+
+def average_linkage(D) -> np.ndarray:
+    """UPGMA (average linkage) on a square distance matrix; scipy's linkage-matrix format:
+    rows [cluster i, cluster j, distance, size], new clusters numbered n, n+1, ... (ties: lowest ids)."""
+    m = np.asarray(D, dtype=float)
+    n = len(m)
+    clusters = {i: [i] for i in range(n)}
+    rows = []
+    for new in range(n, 2 * n - 1):
+        ids = sorted(clusters)
+        best = None
+        for x, i in enumerate(ids):
+            for j in ids[x + 1:]:
+                d = float(np.mean([m[p, q] for p in clusters[i] for q in clusters[j]]))
+                if best is None or d < best[0] - 1e-12:
+                    best = (d, i, j)
+        d, i, j = best
+        clusters[new] = clusters.pop(i) + clusters.pop(j)
+        rows.append([i, j, d, len(clusters[new])])
+    return np.array(rows, dtype=float)
+
+
+def draw_dendrogram(Z: np.ndarray, labels: list[str], ax=None, title: str = ""):
+    """Draw a linkage matrix (leaves ordered so that merged clusters sit side by side)."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(4, 3))[1]
+    n = len(labels)
+
+    def leaves(c):
+        return [c] if c < n else leaves(int(Z[c - n, 0])) + leaves(int(Z[c - n, 1]))
+
+    order = leaves(2 * n - 2)
+    x = {leaf: float(i) for i, leaf in enumerate(order)}
+    h = {leaf: 0.0 for leaf in range(n)}
+    for r, (i, j, d, _) in enumerate(Z):
+        i, j = int(i), int(j)
+        ax.plot([x[i], x[i], x[j], x[j]], [h[i], d, d, h[j]], color="0.2", lw=1.5)
+        x[n + r], h[n + r] = (x[i] + x[j]) / 2, d
+    ax.set_xticks(range(n))
+    ax.set_xticklabels([labels[i] for i in order])
+    ax.set_ylabel("average-linkage distance")
+    ax.set_ylim(0, max(1e-6, float(Z[:, 2].max())) * 1.1)
+    ax.grid(axis="x", visible=False)
+    ax.set_title(title, fontsize=9)
+    return ax
