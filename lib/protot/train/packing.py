@@ -1,0 +1,218 @@
+"""Tokenised, packed, cached token streams and a stateless batch schedule.
+
+A split is tokenised once: every document is encoded with the project's BPE, followed by the
+end-of-text token, and all documents are concatenated (in corpus order) into one uint16 stream
+saved as ``<cache>/tokens/<name>-<key>.npy``. The key hashes everything that determines the
+stream: the corpus files' bytes, the tokenizer file, the split rule and this module's format
+version. Changing any of them gives a new key, hence a rebuild; otherwise the cached file is
+memory-mapped and reused.
+
+Training reads the stream as non-overlapping blocks of ``context`` tokens. Which blocks form the
+batch of optimiser step ``s`` is a pure function of (seed, s): global sample ``g = s * B + j``
+sits in epoch ``g // n_blocks`` whose block order is a seeded permutation. The only "data
+position" a checkpoint needs is therefore the step, and resuming is exact.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from compendium import atomic, data, paths
+from protot.train import tokenizer as tk
+
+FORMAT_VERSION = 1
+_ENCODE_BATCH = 256
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=256)
+def _cached_file_sha256(path: str, mtime_ns: int, size: int) -> str:
+    return _file_sha256(Path(path))
+
+
+def file_sha256(path: Path) -> str:
+    st = path.stat()
+    return _cached_file_sha256(str(path), st.st_mtime_ns, st.st_size)
+
+
+def source_key(split: str, lang: str = "en", tokenizer_path: Path | None = None,
+               validation_fraction: float = data.DEFAULT_VALIDATION_FRACTION) -> tuple[str, dict]:
+    """(short key, description) identifying the token stream of ``split``; see the module doc."""
+    tok_path = Path(tokenizer_path) if tokenizer_path is not None else tk.tokenizer_path()
+    if split == "wikitext2-test":
+        files = [data.data_file("corpus/en_eval_wikitext2_test.raw.gz")]
+    else:
+        files = data.corpus_files(lang)
+    desc = {
+        "format": FORMAT_VERSION,
+        "split": split,
+        "lang": lang,
+        "validation_fraction": validation_fraction,
+        "tokenizer": tok_path.name,
+        "tokenizer_sha256": tk.tokenizer_hash(tok_path),
+        "files": {str(f.relative_to(paths.data_dir())): file_sha256(f) for f in files},
+    }
+    key = hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
+    return key, desc
+
+
+def _encode_stream(texts, tok, eos: int | None) -> tuple[np.ndarray, int]:
+    """Encode documents, append ``eos`` after each (unless None); returns (uint16 stream, n_bytes)."""
+    parts: list[np.ndarray] = []
+    n_bytes = 0
+    for i in range(0, len(texts), _ENCODE_BATCH):
+        batch = texts[i : i + _ENCODE_BATCH]
+        n_bytes += sum(len(t.encode("utf-8")) for t in batch)
+        for enc in tok.encode_batch(batch):
+            ids = enc.ids + ([eos] if eos is not None else [])
+            parts.append(np.asarray(ids, dtype=np.uint16))
+    stream = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint16)
+    return stream, n_bytes
+
+
+def token_stream(split: str, lang: str = "en", tokenizer_path: Path | None = None,
+                 validation_fraction: float = data.DEFAULT_VALIDATION_FRACTION,
+                 cache: Path | None = None) -> np.ndarray:
+    """The uint16 token stream of ``split`` ("train", "validation" or "wikitext2-test"), cached.
+
+    Returns a read-only memory map. The cache is rebuilt only when the source files, the tokenizer
+    or the split rule change (their hashes form the file name).
+    """
+    key, desc = source_key(split, lang, tokenizer_path, validation_fraction)
+    folder = Path(cache) if cache is not None else paths.cache_dir() / "tokens"
+    name = f"{split}-{lang}-{key}"
+    npy, meta = folder / f"{name}.npy", folder / f"{name}.json"
+    if npy.exists() and meta.exists():
+        return np.load(npy, mmap_mode="r")
+    tok = tk.load_tokenizer(tokenizer_path)
+    if tok.get_vocab_size() > 65535:
+        raise ValueError("uint16 token streams need a vocabulary of at most 65535 tokens")
+    if split == "wikitext2-test":
+        # One text, as the standard WikiText-2 evaluation does; no end-of-text tokens.
+        stream, n_bytes = _encode_stream([data.load_wikitext2_test()], tok, eos=None)
+    else:
+        docs = data.load_corpus(split, lang, validation_fraction=validation_fraction)
+        stream, n_bytes = _encode_stream(docs["text"], tok, eos=tk.eos_id(tok))
+    with atomic.atomic_path(npy) as tmp:
+        with open(tmp, "wb") as fh:
+            np.save(fh, stream)
+    atomic.write_json(meta, {**desc, "tokens": int(stream.size), "bytes": int(n_bytes)})
+    return np.load(npy, mmap_mode="r")
+
+
+def stream_info(split: str, lang: str = "en", tokenizer_path: Path | None = None,
+                cache: Path | None = None) -> dict:
+    """The JSON description stored beside a cached stream (tokens, bytes, hashes)."""
+    token_stream(split, lang, tokenizer_path, cache=cache)
+    key, _ = source_key(split, lang, tokenizer_path)
+    folder = Path(cache) if cache is not None else paths.cache_dir() / "tokens"
+    return json.loads((folder / f"{split}-{lang}-{key}.json").read_text())
+
+
+def fineweb_stream(split: str, max_tokens: int, *, name: str = "sample-10BT",
+                   validation_fraction: float = data.DEFAULT_VALIDATION_FRACTION,
+                   tokenizer_path: Path | None = None, cache: Path | None = None) -> np.ndarray:
+    """The first ``max_tokens`` tokens of FineWeb-Edu's ``split`` (online users; cached like the corpus).
+
+    FineWeb-Edu is streamed with `datasets` (compendium.data.load_fineweb_edu) and split at the
+    document level by the same rule as the corpus (sha256 of the document id).
+    """
+    if split not in ("train", "validation"):
+        raise ValueError(f"FineWeb-Edu splits are 'train' and 'validation', got {split!r}")
+    tok_path = Path(tokenizer_path) if tokenizer_path is not None else tk.tokenizer_path()
+    desc = {"format": FORMAT_VERSION, "source": f"HuggingFaceFW/fineweb-edu/{name}", "split": split,
+            "max_tokens": max_tokens, "validation_fraction": validation_fraction,
+            "tokenizer_sha256": tk.tokenizer_hash(tok_path)}
+    key = hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
+    folder = Path(cache) if cache is not None else paths.cache_dir() / "tokens"
+    npy, meta = folder / f"fineweb-{split}-{key}.npy", folder / f"fineweb-{split}-{key}.json"
+    if npy.exists() and meta.exists():
+        return np.load(npy, mmap_mode="r")
+    try:
+        docs = data.load_fineweb_edu(name=name, split="train", streaming=True)
+    except Exception as e:  # offline: the Hub is unreachable
+        raise RuntimeError(f"FineWeb-Edu needs the Hugging Face Hub (online): {e}") from e
+    tok = tk.load_tokenizer(tok_path)
+    eos = tk.eos_id(tok)
+    want_val = split == "validation"
+    out = np.empty(max_tokens, dtype=np.uint16)
+    n, n_bytes, texts = 0, 0, []
+
+    def flush():
+        nonlocal n, n_bytes
+        part, b = _encode_stream(texts, tok, eos)
+        take = min(len(part), max_tokens - n)
+        out[n : n + take] = part[:take]
+        n += take
+        n_bytes += b
+        texts.clear()
+
+    for row in docs:
+        if data.in_validation(str(row["id"]), validation_fraction) != want_val:
+            continue
+        texts.append(row["text"])
+        if len(texts) == _ENCODE_BATCH:
+            flush()
+            if n >= max_tokens:
+                break
+    if texts and n < max_tokens:
+        flush()
+    with atomic.atomic_path(npy) as tmp:
+        with open(tmp, "wb") as fh:
+            np.save(fh, out[:n])
+    atomic.write_json(meta, {**desc, "tokens": int(n), "bytes": int(n_bytes)})
+    return np.load(npy, mmap_mode="r")
+
+
+@dataclass(frozen=True)
+class BatchSchedule:
+    """Which blocks of a packed stream form each optimiser step's batch (stateless, seeded).
+
+    ``n_blocks`` non-overlapping blocks of ``context`` tokens; ``batch_size`` sequences per step.
+    """
+
+    n_blocks: int
+    batch_size: int
+    seed: int
+
+    def __post_init__(self):
+        if self.n_blocks < 1:
+            raise ValueError("the token stream is shorter than one block")
+
+    def _perm(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, epoch]).permutation(self.n_blocks)
+
+    def block_ids(self, step: int) -> np.ndarray:
+        """Block indices (batch_size,) of optimiser step ``step`` (0-based)."""
+        g = np.arange(step * self.batch_size, (step + 1) * self.batch_size)
+        epochs, pos = np.divmod(g, self.n_blocks)
+        out = np.empty_like(g)
+        for e in np.unique(epochs):
+            sel = epochs == e
+            out[sel] = self._perm(int(e))[pos[sel]]
+        return out
+
+
+def blocks(stream: np.ndarray, context: int) -> int:
+    """Number of whole, non-overlapping blocks of ``context`` tokens in ``stream``."""
+    return len(stream) // context
+
+
+def gather(stream: np.ndarray, ids: np.ndarray, context: int):
+    """A (len(ids), context) int64 tensor of the given blocks."""
+    import torch
+
+    rows = np.stack([np.asarray(stream[i * context : (i + 1) * context], dtype=np.int64) for i in ids])
+    return torch.from_numpy(rows)

@@ -1,0 +1,280 @@
+"""The training loop: AdamW, warm-up + cosine, clipping, accumulation, DDP, exact resume.
+
+One entry point, :func:`train`, runs single-process or, under ``torchrun``, as one DDP process
+per rank (gloo on CPU, NCCL on GPU). Mixed precision: bfloat16 autocast on a GPU, plain float32
+on the CPU. Metrics go to ``<out>/metrics.jsonl`` (one JSON object per line: ``{"step", "tokens",
+"loss", "lr", "grad_norm", ...}`` per optimiser step and ``{"step", "split", "loss", "ppl"}`` per
+evaluation); checkpoints to ``<out>/checkpoints`` (see :mod:`protot.train.checkpoint`).
+
+Exact resume: the batch of step ``s`` is a pure function of (seed, s) (:class:`packing.BatchSchedule`),
+the learning rate is a pure function of ``s``, and the checkpoint restores weights, AdamW moments
+and generator states, so on the CPU a run killed at any step and resumed from its last checkpoint
+reproduces the uninterrupted run's losses bit for bit.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from compendium import atomic, provenance
+from protot.train import checkpoint, evaluate, packing
+from protot.train import tokenizer as tk
+from protot.train.config import TrainConfig
+
+_HF_LLAMA_SIZES = {
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, intermediate_size=160, num_attention_heads=2),
+    "small": dict(hidden_size=256, num_hidden_layers=6, intermediate_size=704, num_attention_heads=4),
+    "large": dict(hidden_size=512, num_hidden_layers=12, intermediate_size=1376, num_attention_heads=8),
+}
+
+
+def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
+    """Seeded, freshly initialised model for ``cfg``.
+
+    ``arch="hf-llama"`` is transformers' own LlamaForCausalLM (a reference and test fixture that
+    does not depend on protot.models); the four paper architectures come from protot.models.
+    """
+    torch.manual_seed(cfg.seed)
+    overrides = dict(cfg.model_overrides)
+    overrides.setdefault("max_position_embeddings", cfg.context)
+    if cfg.arch == "hf-llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        conf = LlamaConfig(vocab_size=vocab_size, tie_word_embeddings=True,
+                           **{**_HF_LLAMA_SIZES[cfg.size], **overrides})
+        return LlamaForCausalLM(conf)
+    from protot.models import build_model as _build
+
+    return _build(cfg.arch, cfg.size, vocab_size, **overrides)
+
+
+def lr_at(cfg: TrainConfig, step: int) -> float:
+    """Learning rate of optimiser step ``step`` (0-based): linear warm-up, cosine to min_lr_ratio * lr."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
+    floor = cfg.lr * cfg.min_lr_ratio
+    return floor + 0.5 * (cfg.lr - floor) * (1.0 + math.cos(math.pi * progress))
+
+
+def make_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.AdamW:
+    """AdamW; weight decay on matrices only (not on norms, biases, gates, decays, embeddings' scale)."""
+    decay, no_decay, seen = [], [], set()
+    for _, p in model.named_parameters():
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        (decay if p.dim() >= 2 else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), foreach=False)
+
+
+def _dist_setup(device: str | None):
+    """(rank, world_size, device, is_distributed); starts the process group under torchrun."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if device is None:
+        device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
+    if world > 1:
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            backend = "nccl" if str(device).startswith("cuda") else "gloo"
+            dist.init_process_group(backend=backend)
+        if str(device).startswith("cuda"):
+            torch.cuda.set_device(torch.device(device))
+    return rank, world, torch.device(device), world > 1
+
+
+class MetricsLog:
+    """Append-only JSON-lines log; on resume, lines after the checkpoint's step are dropped."""
+
+    def __init__(self, path: Path, resume_step: int | None, enabled: bool):
+        self.path, self.enabled = path, enabled
+        if not enabled:
+            return
+        keep = []
+        if resume_step is not None and path.exists():
+            for line in path.read_text().splitlines():
+                try:
+                    if json.loads(line)["step"] <= resume_step:
+                        keep.append(line)
+                except (json.JSONDecodeError, KeyError):
+                    pass  # a line cut by a kill
+        atomic.write_text(path, "".join(k + "\n" for k in keep))
+        self.fh = open(path, "a", encoding="utf-8")
+
+    def write(self, **entry):
+        if self.enabled:
+            self.fh.write(json.dumps(entry) + "\n")
+            self.fh.flush()
+
+    def close(self):
+        if self.enabled:
+            self.fh.close()
+
+
+def read_metrics(out: str | Path) -> list[dict]:
+    """The metrics.jsonl of a run as a list of dicts."""
+    path = Path(out) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def train(cfg: TrainConfig, out: str | Path, *, resume: bool = False, device: str | None = None,
+          max_steps: int | None = None, progress: bool = True, threads: int | None = None,
+          final_eval: bool = False, retarget_budget: bool = False, _kill_at_step: int | None = None) -> dict:
+    """Train ``cfg`` into folder ``out``; return a summary dict (also written to ``summary.json``).
+
+    ``resume``: continue from the latest checkpoint in ``out`` (start fresh if there is none).
+    ``max_steps``: stop after this many optimiser steps in total without changing the schedule.
+    ``final_eval``: evaluate validation and WikiText-2 perplexity in full at the end.
+    ``retarget_budget``: on resume, accept a checkpoint whose token budget differs from ``cfg.tokens``
+    (the cosine schedule is re-planned for the new budget from the checkpoint's step on; the change
+    is recorded as ``budget_history`` in the checkpoints and config.json). Nothing else may differ.
+    ``_kill_at_step``: testing hook, SIGKILLs this process right after that step.
+    """
+    out = Path(out)
+    if threads:
+        torch.set_num_threads(threads)
+    rank, world, dev, distributed = _dist_setup(device)
+    master = rank == 0
+    per_rank = cfg.batch_size // world
+    if cfg.batch_size % (world * cfg.grad_accum):
+        raise ValueError(f"batch_size {cfg.batch_size} must divide by world_size x grad_accum = {world * cfg.grad_accum}")
+    micro = per_rank // cfg.grad_accum
+
+    # Data (rank 0 builds the caches first; the others then memory-map them).
+    if distributed and not master:
+        torch.distributed.barrier()
+    if cfg.data == "fineweb-edu":
+        train_stream = packing.fineweb_stream("train", cfg.tokens + cfg.tokens_per_step)
+        val_stream = packing.fineweb_stream("validation", max(cfg.eval_blocks * cfg.context, 2_000_000))
+        data_key = f"fineweb-edu:{cfg.tokens}"
+    else:
+        train_stream = packing.token_stream("train", cfg.lang)
+        val_stream = packing.token_stream("validation", cfg.lang)
+        data_key = packing.source_key("train", cfg.lang)[0] + "+" + packing.source_key("validation", cfg.lang)[0]
+    if distributed and master:
+        torch.distributed.barrier()
+    tok = tk.load_tokenizer()
+    schedule = packing.BatchSchedule(packing.blocks(train_stream, cfg.context), cfg.batch_size, cfg.seed)
+
+    model = build_model(cfg, tok.get_vocab_size()).to(dev)
+    optimizer = make_optimizer(cfg, model)
+    expect = {"identity": cfg.identity(), "tokenizer_sha256": tk.tokenizer_hash(), "data_key": data_key,
+              "world_size_independent": True}
+
+    start = 0
+    budget_history: list[dict] = []
+    if not resume and checkpoint.latest(out) is not None:
+        raise checkpoint.CheckpointError(f"{out} already holds checkpoints; pass resume=True (--resume) or use a new folder")
+    ckpt = checkpoint.latest(out) if resume else None
+    if ckpt is not None:
+        want = expect
+        if retarget_budget:
+            saved = checkpoint.verify(ckpt)
+            old_tokens = saved["identity"].get("tokens")
+            want = {**expect, "identity": {**expect["identity"], "tokens": old_tokens}}
+            budget_history = list(saved.get("budget_history", []))
+            if old_tokens != cfg.tokens:
+                budget_history.append({"step": saved["step"], "from_tokens": old_tokens, "to_tokens": cfg.tokens})
+        state = checkpoint.load(ckpt, model, optimizer, want, device=dev)
+        start = state["step"]
+        budget_history = budget_history or list(state.get("budget_history", []))
+    out.mkdir(parents=True, exist_ok=True)
+    if master:
+        atomic.write_json(out / "config.json", {"train": cfg.to_dict(), "model": model.config.to_dict(),
+                                                "world_size": world, "budget_history": budget_history,
+                                                "provenance": provenance.describe()})
+    log = MetricsLog(out / "metrics.jsonl", start if ckpt is not None else None, enabled=master)
+
+    net = model
+    if distributed:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        net = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None)
+    amp = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if dev.type == "cuda" else nullcontext()
+    last = min(cfg.steps, max_steps) if max_steps is not None else cfg.steps
+
+    def run_eval(step: int):
+        if not master:
+            return None
+        total, count = evaluate.stream_nll(model, val_stream, cfg.context, max_blocks=cfg.eval_blocks, device=dev,
+                                           autocast_dtype=torch.bfloat16 if dev.type == "cuda" else None)
+        loss = total / count
+        log.write(step=step, split="validation", loss=loss, ppl=math.exp(loss), blocks=cfg.eval_blocks)
+        return loss
+
+    bar = None
+    if progress and master:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=last, initial=start, desc=f"{cfg.arch}", unit="step", mininterval=2.0)
+    model.train()
+    t0 = time.time()
+    val_loss = None
+    for step in range(start, last):
+        lr = lr_at(cfg, step)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        ids = schedule.block_ids(step)[rank * per_rank : (rank + 1) * per_rank]  # this rank's sequences
+        loss_sum = torch.zeros((), device=dev)
+        for m in range(cfg.grad_accum):
+            x = packing.gather(train_stream, ids[m * micro : (m + 1) * micro], cfg.context).to(dev)  # (b, T)
+            sync = nullcontext() if (not distributed or m == cfg.grad_accum - 1) else net.no_sync()
+            with sync:
+                with amp:
+                    loss = net(input_ids=x, labels=x).loss
+                (loss / cfg.grad_accum).backward()
+            loss_sum += loss.detach().float()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step_loss = loss_sum / cfg.grad_accum
+        if distributed:
+            torch.distributed.all_reduce(step_loss, op=torch.distributed.ReduceOp.AVG)
+        step_loss = float(step_loss)
+        if not math.isfinite(step_loss):
+            raise FloatingPointError(f"loss became {step_loss} at step {step + 1}")
+        done = step + 1
+        log.write(step=done, tokens=done * cfg.tokens_per_step, loss=step_loss, lr=lr,
+                  grad_norm=float(grad_norm), elapsed_s=round(time.time() - t0, 3))
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{step_loss:.3f}", refresh=False)
+        if done % cfg.eval_every == 0 or done == last:
+            val_loss = run_eval(done)
+        if done % cfg.ckpt_every == 0 or done == last:
+            if master:
+                checkpoint.save(out, done, model, optimizer, {
+                    **expect, "tokens_seen": done * cfg.tokens_per_step, "config": cfg.to_dict(),
+                    "arch": cfg.arch, "model_class": type(model).__name__, "world_size": world,
+                    "budget_history": budget_history,
+                }, keep=cfg.keep_checkpoints)
+            if distributed:
+                torch.distributed.barrier()
+        if _kill_at_step is not None and done == _kill_at_step:
+            log.close()
+            os.kill(os.getpid(), signal.SIGKILL)
+    if bar is not None:
+        bar.close()
+    log.close()
+    summary = {"arch": cfg.arch, "steps": last, "tokens_seen": last * cfg.tokens_per_step,
+               "train_seconds_this_session": round(time.time() - t0, 2), "val_loss_subset": val_loss,
+               "world_size": world, "out": str(out)}
+    if final_eval and master:
+        summary["eval"] = evaluate.evaluate_all(model, cfg.context, device=dev)
+    if master:
+        atomic.write_json(out / "summary.json", summary)
+    if distributed:
+        torch.distributed.barrier()
+    return summary
