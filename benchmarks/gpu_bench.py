@@ -14,7 +14,7 @@ Writes one JSON file (``--out``, default benchmarks/results/gpu_bench.json) with
   non-embedding parameter counts), context 256 .. 32k, a fixed number of tokens per step;
 * ``decode``: time per generated token after a prefill of 1k .. 32k tokens, for the op's fused
   recurrent kernel and for the ProtoT and LLaMA models with their caches;
-* ``goals``: the three checks of the issue: kernel within 1.5x of chunk_simple_gla at the same
+* ``goals``: the three performance goals: kernel within 1.5x of chunk_simple_gla at the same
   shapes; ProtoT training throughput passes LLaMA's at 8k context or earlier; ProtoT decoding time
   per token flat in context (max / min <= 1.25 over the contexts measured).
 

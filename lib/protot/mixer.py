@@ -1,6 +1,6 @@
 """The prototype mixer and the generic op it reduces to.
 
-Working specification (the paper's PDF could not be read; see notes/protot.md). For one layer,
+Working specification (the paper's PDF could not be read; the open choices are ProtoTConfig fields). For one layer,
 token states x_t (after RMSNorm), R prototypes p_k, projections W_w, W_r (d -> P), W_v (d -> d_v):
 
     write gate  w_{t,k} = softmax_k( sim(W_w x_t, p_k) / tau_w )                       (B, T, R)

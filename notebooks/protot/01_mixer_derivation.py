@@ -5,7 +5,7 @@
 # attention, with O(1) cost per decoded token given a cached state.
 #
 # **Checked here:** starting from the mixer's definition (a *working specification*: the paper's
-# PDF could not be read, see `notes/protot.md`), we derive the quadratic (masked), recurrent and
+# PDF could not be read; `lib/protot/README.md` lists the open choices), we derive the quadratic (masked), recurrent and
 # chunked forms step by step, check every step numerically in float64, then measure on the CPU
 # the time and training-activation memory of the three forms against sequence length (log-log
 # fits) and the decoding time per token against context length for ProtoT and LLaMA

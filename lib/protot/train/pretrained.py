@@ -9,7 +9,7 @@ validation and WikiText-2 perplexity, sha256 of the weights, git revision).
     m.model, m.tokenizer, m.manifest
     print(pretrained.describe("protot-cpu"))  # one line saying which model a notebook used
 
-Export a finished run (done by the lead's CPU training, see models/README.md):
+Export a finished run (how the committed models were made: models/README.md):
 ``python -m protot.train.pretrained export .cache/runs/protot-cpu-hour protot-cpu``.
 """
 from __future__ import annotations
