@@ -54,7 +54,8 @@ class ProtoTConfig(BaseLMConfig):
         the first conv_layers layers (reviews: width 4 in layers 0 and 1). conv_layers = 0 disables it.
     mixer_form: torch form of the op: "chunk" (default), "quadratic" (reference), "recurrent".
     mixer_backend: "auto" (Triton on CUDA when kernels.proto_mixer imports, else torch), "torch", "triton".
-    chunk_size: chunk length C of the chunked form.
+    chunk_size: chunk length C of the chunked form (32: fastest torch path on CPU at contexts 256-2048,
+        see benchmarks/bench_train.py; the Triton kernel takes 16-128).
     """
 
     model_type = "protot"
@@ -77,7 +78,7 @@ class ProtoTConfig(BaseLMConfig):
     conv_layers: int = 2
     mixer_form: str = "chunk"
     mixer_backend: str = "auto"
-    chunk_size: int = 64
+    chunk_size: int = 32
 
     def validate_fields(self):
         super().validate_fields()
