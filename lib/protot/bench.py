@@ -19,9 +19,8 @@ import torch
 from protot.mixer import decay_linear_attn
 
 
-def best_time(fn, repeats: int = 3, warmup: int = 1) -> float:
-    """Best (minimum) wall time of ``fn()`` in seconds over ``repeats`` runs, the timeit
-    convention: other processes only ever add time, so the minimum is the least noisy estimate."""
+def _wall_times(fn, repeats: int, warmup: int) -> list[float]:
+    """Wall times of ``repeats`` calls of ``fn()`` after ``warmup`` untimed calls."""
     for _ in range(warmup):
         fn()
     times = []
@@ -29,19 +28,18 @@ def best_time(fn, repeats: int = 3, warmup: int = 1) -> float:
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return min(times)
+    return times
+
+
+def best_time(fn, repeats: int = 3, warmup: int = 1) -> float:
+    """Best (minimum) wall time of ``fn()`` in seconds over ``repeats`` runs, the timeit
+    convention: other processes only ever add time, so the minimum is the least noisy estimate."""
+    return min(_wall_times(fn, repeats, warmup))
 
 
 def median_time(fn, repeats: int = 3, warmup: int = 1) -> float:
     """Median wall time of ``fn()`` in seconds over ``repeats`` runs after ``warmup`` runs."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(_wall_times(fn, repeats, warmup))
 
 
 def saved_activation_bytes(fn) -> int:
