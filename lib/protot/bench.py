@@ -77,9 +77,8 @@ def op_inputs(T: int, B: int = 1, H: int = 1, K: int = 32, V: int = 128, dtype=t
     return xs
 
 
-def time_form(form: str, T: int, backward: bool = False, repeats: int = 3, chunk_size: int = 64, warmup: int = 1,
-              **shape) -> float:
-    """Best-of-``repeats`` seconds of the op in ``form`` at length T (forward, or forward + backward)."""
+def _op_call(form: str, T: int, backward: bool, chunk_size: int, **shape):
+    """A no-argument function running the op once in ``form`` at length T (inputs made once, here)."""
     xs = op_inputs(T, requires_grad=backward, **shape)
 
     def run():
@@ -90,7 +89,45 @@ def time_form(form: str, T: int, backward: bool = False, repeats: int = 3, chunk
             with torch.no_grad():
                 decay_linear_attn(*xs, form=form, backend="torch", chunk_size=chunk_size)
 
-    return best_time(run, repeats=repeats, warmup=warmup)
+    return run
+
+
+def time_form(form: str, T: int, backward: bool = False, repeats: int = 3, chunk_size: int = 64, warmup: int = 1,
+              **shape) -> float:
+    """Best-of-``repeats`` seconds of the op in ``form`` at length T (forward, or forward + backward)."""
+    return best_time(_op_call(form, T, backward, chunk_size, **shape), repeats=repeats, warmup=warmup)
+
+
+def time_forms(lengths: dict[str, list[int]], rounds: int = 5, backward: bool = False, chunk_size: int = 64,
+               clock: str = "wall", **shape) -> dict[tuple[str, int], float]:
+    """Best seconds of every (form, T) pair, measured in interleaved rounds.
+
+    Each round times every pair once (after one untimed warm-up round), so a burst of load from another
+    process slows one measurement of several pairs rather than every measurement of one length, which would
+    tilt a fitted slope; the minimum over rounds is kept per pair.
+
+    ``clock="wall"`` times with :func:`time.perf_counter`; ``clock="thread"`` counts the CPU time of the
+    calling thread (:func:`time.thread_time`), which leaves out the time the thread spent descheduled
+    while other processes ran. It is only a measure of the work when torch computes on this one thread,
+    so it requires ``torch.get_num_threads() == 1``.
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    if clock not in ("wall", "thread"):
+        raise ValueError(f"clock must be 'wall' or 'thread', got {clock!r}")
+    if clock == "thread" and torch.get_num_threads() != 1:
+        raise ValueError(f"clock='thread' needs torch.set_num_threads(1) (torch uses {torch.get_num_threads()} "
+                         "threads, whose work the calling thread's CPU time would not count)")
+    timer = time.perf_counter if clock == "wall" else time.thread_time
+    runs = {(form, T): _op_call(form, T, backward, chunk_size, **shape) for form, Ts in lengths.items() for T in Ts}
+    best = {key: math.inf for key in runs}
+    for r in range(rounds + 1):
+        for key, run in runs.items():
+            t0 = timer()
+            run()
+            if r:  # round 0 warms up
+                best[key] = min(best[key], timer() - t0)
+    return best
 
 
 def memory_form(form: str, T: int, chunk_size: int = 64, **shape) -> int:

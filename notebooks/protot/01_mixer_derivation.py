@@ -163,40 +163,52 @@ agree.pivot_table(index=["normalization", "include_current"], columns="form", va
 
 # %% [markdown]
 # ## 7. Cost against sequence length on the CPU
-# Forward time (no autograd; best of a few runs) of the three forms at the shape of one ProtoT layer ($R=32$ prototypes,
+# Forward time (no autograd) of the three forms at the shape of one ProtoT layer ($R=32$ prototypes,
 # value width 128, batch 1, float32), and the activation memory a training step keeps for the
 # backward pass (bytes of the tensors autograd saves), against $T$. The quadratic form stops
-# early: its $T\times T$ matrices grow as $T^2$. The chunked form is measured from 2k tokens on:
-# below that its working set (about $T\cdot C\cdot K$ floats, 16 MB at $T=2048$) fits in the CPU's
-# cache, which makes short sequences disproportionately fast and would bias the fitted slope
-# upwards; the claim is about how the cost grows, so the fit is taken where memory traffic is real.
+# early: its $T\times T$ matrices grow as $T^2$.
+#
+# How the times are taken, since a fitted slope is only as good as its timings:
+# * every (form, $T$) pair is timed once per round, in five interleaved rounds after a warm-up round, and
+#   the best round is kept, so a burst of load from another process cannot tilt one length against the others;
+# * at the CPU profile torch runs on one thread and the clock is that thread's CPU time, which leaves out
+#   the time the thread waits while other processes run (the paper profile uses the wall clock on all threads);
+# * the chunked form's slope is fitted from $T = 16$k on. Below that its working set (a few times
+#   $T\cdot C\cdot K$ floats) still fits in the processor's caches and each token costs a quarter of what it
+#   costs once the data streams from memory; the step between the two regimes sits somewhere between 4k and
+#   8k tokens and moves from run to run, so a fit across it measures the cache, not the algorithm. The
+#   figure shows the shorter lengths too.
 
 # %%
-T_LINEAR = profiles.pick(PROFILE, cpu=[2048, 4096, 8192, 16384], paper=[2048, 4096, 8192, 16384, 32768, 65536])
+T_LINEAR = profiles.pick(PROFILE, cpu=[1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072],
+                         paper=[1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144])
+FIT_FROM = {"chunk": 16384, "recurrent": 0, "quadratic": 0}
 T_QUAD = profiles.pick(PROFILE, cpu=[256, 512, 1024, 2048], paper=[512, 1024, 2048, 4096])
 T_REC = profiles.pick(PROFILE, cpu=[512, 1024, 2048, 4096], paper=[1024, 2048, 4096, 8192, 16384])
-REPEATS = profiles.pick(PROFILE, cpu=3, paper=5)
-cost = []
-for form, Ts in (("chunk", T_LINEAR), ("recurrent", T_REC), ("quadratic", T_QUAD)):
-    for Tn in Ts:
-        cost.append({"form": form, "T": Tn, "seconds": bench.time_form(form, Tn, repeats=REPEATS),
-                     "saved_bytes": bench.memory_form(form, Tn)})
-cost = pd.DataFrame(cost)
+COST_ROUNDS = 5
+CLOCK = profiles.pick(PROFILE, cpu="thread", paper="wall")
+LENGTHS = {"chunk": T_LINEAR, "recurrent": T_REC, "quadratic": T_QUAD}
+seconds = bench.time_forms(LENGTHS, rounds=COST_ROUNDS, clock=CLOCK)  # interleaved rounds, best per (form, T)
+cost = pd.DataFrame([{"form": form, "T": Tn, "seconds": seconds[(form, Tn)], "saved_bytes": bench.memory_form(form, Tn)}
+                     for form, Ts in LENGTHS.items() for Tn in Ts])
 cost.to_csv(OUT / f"cost_vs_T.{PROFILE}.csv", index=False)
+fitted = {form: d[d["T"] >= FIT_FROM[form]] for form, d in cost.groupby("form")}
 slopes = {form: {"time": bench.loglog_slope(d["T"], d["seconds"]), "memory": bench.loglog_slope(d["T"], d["saved_bytes"])}
-          for form, d in cost.groupby("form")}
+          for form, d in fitted.items()}
 pd.DataFrame(slopes).T
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(10, 4))
 for form, d in cost.groupby("form"):
-    axes[0].loglog(d["T"], d["seconds"], "o-", label=f"{form} (slope {slopes[form]['time']:.2f})")
+    axes[0].loglog(d["T"], d["seconds"], "o-", label=f"{form} (slope {slopes[form]['time']:.2f} from T={max(FIT_FROM[form], d['T'].min())})")
     axes[1].loglog(d["T"], d["saved_bytes"] / 2**20, "o-", label=f"{form} (slope {slopes[form]['memory']:.2f})")
-axes[0].set(xlabel="sequence length T", ylabel="forward time (s)", title="time")
+axes[0].set(xlabel="sequence length T", ylabel=f"forward time (s, {CLOCK} clock)", title="time")
 axes[1].set(xlabel="sequence length T", ylabel="activation memory (MiB)", title="memory saved for backward")
+axes[0].axvspan(FIT_FROM["chunk"], max(T_LINEAR) * 1.3, color="0.9", zorder=0, label="chunk slope fitted here")
+n_threads = torch.get_num_threads()
 for ax in axes:
-    ax.legend()
-fig.suptitle("Prototype mixer forms on the CPU (R=32, V=128, batch 1, float32, 1 thread)")
+    ax.legend(fontsize=9)
+fig.suptitle(f"Prototype mixer forms on the CPU (R=32, V=128, batch 1, float32, {n_threads} thread{'s' if n_threads > 1 else ''})")
 plotting.savefig(fig, "protot/mixer_cost_vs_length", profile=PROFILE)
 
 # %% [markdown]
@@ -235,8 +247,8 @@ plotting.savefig(fig, "protot/decode_time_vs_context", profile=PROFILE)
 # %% [markdown]
 # ## 9. Checks at this scale, and the claims ledger
 # * forms agree: every derivation step and every form matches the definition to $10^{-10}$ in float64;
-# * linear cost: the chunked form's fitted time slope is at most 1.2 (a loaded, shared machine
-#   adds noise to single timings), its memory slope is 1 within 0.1, and the quadratic form's memory
+# * linear cost: the chunked form's fitted time slope (from 16k tokens on) is at most 1.2, its memory slope is
+#   1 within 0.1, and the quadratic form's memory
 #   slope is 2 within 0.1 (its time slope is above 1.5);
 # * O(1) decoding: ProtoT's time per token at the longest context is at most 1.3x that at 256.
 #   LLaMA's ratio is printed beside it; it grows with context (how much depends on how the
@@ -254,7 +266,8 @@ claims.record("protot/mixer-forms-agree", MAX_DIFF, unit="max abs difference (fl
               config={"B": B, "T": T, "R": R, "V": V, "decays": beta.tolist(), "eps": EPS, "chunk_sizes": [1, 8, 16, 64, 128]},
               check=MAX_DIFF < 1e-10, note="definition vs quadratic / recurrent / chunked forms, all normalisations, s<=t and s<t")
 claims.record("protot/mixer-linear-cost", slopes["chunk"]["time"], unit="log-log slope", profile=PROFILE, seed=SEED,
-              config={"T": T_LINEAR, "R": 32, "V": 128, "batch": 1, "dtype": "float32", "threads": torch.get_num_threads(),
+              config={"T": T_LINEAR, "fit_from": FIT_FROM["chunk"], "clock": CLOCK, "rounds": COST_ROUNDS, "R": 32, "V": 128,
+                      "batch": 1, "dtype": "float32", "threads": torch.get_num_threads(),
                       "slopes": slopes},
               check=slopes["chunk"]["time"] <= 1.2,
               note=f"chunked forward time; memory slope {slopes['chunk']['memory']:.2f} (quadratic: time "
