@@ -16,7 +16,7 @@ import torch
 
 from accpp.decompose import KIND_HEAD, KIND_OFFSET, visible
 from accpp.signals import FiringSolver
-from accpp.trace import Circuit, Tracer, _KIND, node_id, seeds
+from accpp.trace import Circuit, Tracer, _KIND, answer_direction, node_id, seeds
 
 __all__ = ["acc_trace", "KEEP_FRACTION"]
 
@@ -32,7 +32,7 @@ def _top_share(contrib: torch.Tensor, total: float, frac: float = KEEP_FRACTION)
     return order[: min(k, order.numel())]
 
 
-def acc_trace(tracer: Tracer, input_ids, correct: int, wrong: int, position: int = -1,
+def acc_trace(tracer: Tracer, input_ids, correct, wrong, position: int = -1,
               max_firings: int | None = 2000) -> Circuit:
     t0 = time.perf_counter()
     dec = tracer.decompose(input_ids)
@@ -40,8 +40,7 @@ def acc_trace(tracer: Tracer, input_ids, correct: int, wrong: int, position: int
     pos = position % dec.T
     L = arch.n_layers
     vecs, labels = dec.components(L, pos)
-    u = arch.unembed([correct, wrong])
-    direction = arch.ln_final.fold((u[0] - u[1])[:, None])[:, 0] / arch.ln_final.scale(dec.acts.resid[L, pos])
+    direction, logit_diff = answer_direction(arch, dec, correct, wrong, pos)
     proj = vecs @ direction
     g = nx.MultiDiGraph()
     out = f"LOGITS@{pos}"
@@ -81,6 +80,5 @@ def acc_trace(tracer: Tracer, input_ids, correct: int, wrong: int, position: int
                 kind, layer, head, src = lab[c].tolist()
                 uid = add(kind, L_ if kind == KIND_OFFSET else layer, a if kind == KIND_OFFSET else head, tok, src)
                 g.add_edge(uid, fid, side=side, token=tok, sing=[], rank=0, share=float(contrib[c]) / total)
-    logit_diff = float(dec.acts.logits[correct] - dec.acts.logits[wrong])
     return Circuit(g, tracer._tokens(dec.acts.input_ids), logit_diff, time.perf_counter() - t0, n,
                    dict(method="ACC", truncated=bool(queue)))

@@ -193,45 +193,27 @@ def closest_pair_stable(sets: dict[str, list], languages=None) -> bool:
 
 
 def average_linkage(D) -> np.ndarray:
-    """UPGMA (average linkage) on a square distance matrix; scipy's linkage-matrix format:
-    rows [cluster i, cluster j, distance, size], new clusters numbered n, n+1, ... (ties: lowest ids)."""
+    """Average linkage (UPGMA) on a square distance matrix: scipy's linkage matrix, rows
+    [cluster i, cluster j, distance, size] with new clusters numbered n, n+1, ..."""
+    from scipy.cluster.hierarchy import linkage
+    from scipy.spatial.distance import squareform
+
     m = np.asarray(D, dtype=float)
-    n = len(m)
-    clusters = {i: [i] for i in range(n)}
-    rows = []
-    for new in range(n, 2 * n - 1):
-        ids = sorted(clusters)
-        best = None
-        for x, i in enumerate(ids):
-            for j in ids[x + 1:]:
-                d = float(np.mean([m[p, q] for p in clusters[i] for q in clusters[j]]))
-                if best is None or d < best[0] - 1e-12:
-                    best = (d, i, j)
-        d, i, j = best
-        clusters[new] = clusters.pop(i) + clusters.pop(j)
-        rows.append([i, j, d, len(clusters[new])])
-    return np.array(rows, dtype=float)
+    if m.ndim != 2 or m.shape[0] != m.shape[1] or not np.allclose(m, m.T) or np.any(np.diag(m) != 0):
+        raise ValueError("need a symmetric square distance matrix with a zero diagonal")
+    if len(m) < 2:
+        return np.zeros((0, 4))
+    return linkage(squareform(m, checks=False), method="average")
 
 
 def draw_dendrogram(Z: np.ndarray, labels: list[str], ax=None, title: str = ""):
-    """Draw a linkage matrix (leaves ordered so that merged clusters sit side by side)."""
+    """Draw a linkage matrix with scipy (leaf i sits at x = 5 + 10 * its place in the leaf order)."""
     import matplotlib.pyplot as plt
+    from scipy.cluster.hierarchy import dendrogram
 
     ax = ax or plt.subplots(figsize=(4, 3))[1]
-    n = len(labels)
-
-    def leaves(c):
-        return [c] if c < n else leaves(int(Z[c - n, 0])) + leaves(int(Z[c - n, 1]))
-
-    order = leaves(2 * n - 2)
-    x = {leaf: float(i) for i, leaf in enumerate(order)}
-    h = {leaf: 0.0 for leaf in range(n)}
-    for r, (i, j, d, _) in enumerate(Z):
-        i, j = int(i), int(j)
-        ax.plot([x[i], x[i], x[j], x[j]], [h[i], d, d, h[j]], color="0.2", lw=1.5)
-        x[n + r], h[n + r] = (x[i] + x[j]) / 2, d
-    ax.set_xticks(range(n))
-    ax.set_xticklabels([labels[i] for i in order])
+    dendrogram(Z, labels=list(labels), ax=ax, color_threshold=0, above_threshold_color="0.2",
+               leaf_rotation=0 if max(map(len, labels), default=0) <= 3 else 90)
     ax.set_ylabel("average-linkage distance")
     ax.set_ylim(0, max(1e-6, float(Z[:, 2].max())) * 1.1)
     ax.grid(axis="x", visible=False)

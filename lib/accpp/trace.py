@@ -30,7 +30,7 @@ from accpp.decompose import KIND_BIAS, KIND_EMB, KIND_HEAD, KIND_MLP, KIND_OFFSE
 from accpp.signals import Firing, FiringSolver, tau_for
 from accpp.decompose import visible
 
-__all__ = ["TraceConfig", "Circuit", "Tracer", "node_id", "seeds"]
+__all__ = ["TraceConfig", "Circuit", "Tracer", "answer_direction", "node_id", "seeds"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,39 @@ def seeds(proj: torch.Tensor) -> torch.Tensor:
     cutoff = float(vals[int(over[0, 0])]) if over.numel() else float(vals[-1])
     cutoff = min(cutoff, total / 2)
     return order[vals >= cutoff]
+
+
+def _as_ids(tokens, what: str) -> list[int]:
+    ids = [int(tokens)] if isinstance(tokens, int) or (torch.is_tensor(tokens) and tokens.ndim == 0) else [int(t) for t in tokens]
+    if not ids:
+        raise ValueError(f"{what}: an empty set of answer tokens")
+    return ids
+
+
+def answer_direction(arch, dec: Decomposition, correct, wrong, pos: int) -> tuple[torch.Tensor, float]:
+    """The seed direction in the final residual at ``pos``, and the metric it reads out.
+
+    ``correct`` and ``wrong`` are token ids or sets of token ids. The metric is the mean logit of the
+    correct set minus the mean logit of the wrong set (a plain logit difference for single tokens; for
+    Greater-Than, years above the start year against the others). It is linear in the unembedding, so
+    it pulls back through the final norm to one direction, as for a single logit difference.
+    """
+    c_ids, w_ids = _as_ids(correct, "correct"), _as_ids(wrong, "wrong")
+    if set(c_ids) & set(w_ids):
+        raise ValueError(f"tokens in both the correct and the wrong set: {sorted(set(c_ids) & set(w_ids))}")
+    delta = arch.unembed(c_ids).mean(0) - arch.unembed(w_ids).mean(0)
+    L = arch.n_layers
+    direction = arch.ln_final.fold(delta[:, None])[:, 0] / arch.ln_final.scale(dec.acts.resid[L, pos])
+    logits = dec.acts.logits
+    metric = float(logits[c_ids].mean() - logits[w_ids].mean())
+    return direction, metric
+
+
+def _meta_ids(tokens):
+    """An int for a single token id, a list for a set of them (as given)."""
+    ids = _as_ids(tokens, "answer")
+    scalar = isinstance(tokens, int) or (torch.is_tensor(tokens) and tokens.ndim == 0)
+    return ids[0] if scalar else ids
 
 
 @dataclass
@@ -119,7 +152,12 @@ class Tracer:
         acts = collect(self.model, self.arch, torch.as_tensor(input_ids), self.nn)
         return Decomposition(self.arch, acts)
 
-    def trace(self, input_ids, correct: int, wrong: int, position: int = -1) -> Circuit:
+    def trace(self, input_ids, correct, wrong, position: int = -1) -> Circuit:
+        """Trace the circuit of the metric ``mean logit(correct) - mean logit(wrong)`` at ``position``.
+
+        ``correct`` / ``wrong``: a token id each (IOI: the indirect object vs the subject) or sets of
+        token ids (Greater-Than: the digits that make a later year vs the others).
+        """
         t0 = time.perf_counter()
         dec = self.decompose(input_ids)
         solver = FiringSolver(dec, self.svd)
@@ -129,11 +167,8 @@ class Tracer:
         # seeds on the logit-difference direction
         L = arch.n_layers
         vecs, labels = dec.components(L, pos)
-        u = arch.unembed([correct, wrong])
-        delta = u[0] - u[1]
-        direction = arch.ln_final.fold(delta[:, None])[:, 0] / arch.ln_final.scale(dec.acts.resid[L, pos])
+        direction, logit_diff = answer_direction(arch, dec, correct, wrong, pos)
         proj = vecs @ direction
-        logit_diff = float(dec.acts.logits[correct] - dec.acts.logits[wrong])
         g = nx.MultiDiGraph()
         tokens = self._tokens(dec.acts.input_ids)
         out_node = f"LOGITS@{pos}"
@@ -172,7 +207,7 @@ class Tracer:
                     uid = add_component(e.kind, e.layer, e.head, e.token, e.src)
                 g.add_edge(uid, fid, side=e.side, token=e.token, sing=e.sing, rank=e.rank,
                            attribution=e.attribution, drop=e.drop)
-        meta = dict(model=self.name, model_type=arch.model_type, correct=int(correct), wrong=int(wrong),
+        meta = dict(model=self.name, model_type=arch.model_type, correct=_meta_ids(correct), wrong=_meta_ids(wrong),
                     position=pos, config=asdict(cfg), truncated=bool(queue))
         return Circuit(g, tokens, logit_diff, time.perf_counter() - t0, n, meta)
 

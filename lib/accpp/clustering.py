@@ -1,0 +1,236 @@
+"""Clustering per-prompt circuits (paper §5, IOI clustering) and scoring clusters against labels.
+
+    sets = [multilingual.component_set(c.graph) for c in circuits]
+    D = distance_matrix(sets)                      # Jaccard distance 1 - |a & b| / |a | b|
+    Z = average_linkage(D)                         # UPGMA, scipy's linkage-matrix format
+    clusters = cut(Z, k)                           # labels 0..k-1
+    adjusted_rand(clusters, templates), normalized_mutual_info(clusters, templates)
+    permutation_test(stat, labels, n=999, seed=0)  # one-sided p-value, seeded
+
+Position-free component and signal sets and the Jaccard similarity come from
+:mod:`accpp.multilingual` (``component_set``, ``signal_set``, ``jaccard``); the linkage is scipy's
+average linkage and the adjusted Rand index and normalised mutual information (arithmetic-mean
+normalisation) are scikit-learn's. Figures: a dendrogram with one colour strip per labelling
+(``dendrogram_with_labels``) and a distance heatmap sorted by labels (``sorted_heatmap``).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from accpp.multilingual import average_linkage as _ml_average_linkage
+from accpp.multilingual import jaccard
+
+__all__ = ["distance_matrix", "average_linkage", "cut", "leaf_order", "contingency", "adjusted_rand",
+           "normalized_mutual_info", "within_between", "distance_by_cell", "permutation_test",
+           "label_alignment", "dendrogram_with_labels", "sorted_heatmap"]
+
+
+def distance_matrix(sets: Sequence, metric: Callable = jaccard) -> np.ndarray:
+    """Square matrix of 1 - metric(a, b) over a list of sets (Jaccard by default); symmetric,
+    zero diagonal."""
+    sets = [frozenset(s) for s in sets]
+    n = len(sets)
+    D = np.zeros((n, n))
+    for i in range(n):
+        for j in range(i + 1, n):
+            D[i, j] = D[j, i] = 1.0 - metric(sets[i], sets[j])
+    return D
+
+
+def average_linkage(D) -> np.ndarray:
+    """Average linkage (UPGMA) in scipy's linkage-matrix format; see :func:`accpp.multilingual.average_linkage`."""
+    return _ml_average_linkage(D)
+
+
+def cut(Z: np.ndarray, k: int) -> np.ndarray:
+    """Flat clusters from a linkage matrix, at most ``k`` of them (scipy's ``fcluster`` 'maxclust'),
+    labelled 0, 1, ... in order of first appearance over the leaf indices."""
+    from scipy.cluster.hierarchy import fcluster
+
+    n = len(Z) + 1
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be in 1..{n}")
+    if n == 1:
+        return np.zeros(1, dtype=int)
+    raw = fcluster(Z, k, criterion="maxclust")
+    names: dict[int, int] = {}
+    return np.array([names.setdefault(int(r), len(names)) for r in raw])
+
+
+def leaf_order(Z: np.ndarray) -> list[int]:
+    """Leaves left to right as scipy's dendrogram draws them."""
+    from scipy.cluster.hierarchy import leaves_list
+
+    return leaves_list(Z).tolist()
+
+
+def _codes(labels) -> np.ndarray:
+    return np.unique(np.asarray(labels, dtype=object).astype(str), return_inverse=True)[1]
+
+
+def contingency(a, b) -> np.ndarray:
+    """Counts table: rows = distinct values of a, columns = distinct values of b (sorted as strings)."""
+    from sklearn.metrics.cluster import contingency_matrix
+
+    ai, bi = _codes(a), _codes(b)
+    if len(ai) != len(bi):
+        raise ValueError("the two labellings have different lengths")
+    return contingency_matrix(ai, bi)
+
+
+def adjusted_rand(a, b) -> float:
+    """Adjusted Rand index (scikit-learn): 1 for identical partitions (up to label names), 0 in
+    expectation for independent ones, can be negative."""
+    from sklearn.metrics import adjusted_rand_score
+
+    return float(adjusted_rand_score(_codes(a), _codes(b)))
+
+
+def normalized_mutual_info(a, b) -> float:
+    """Normalised mutual information (scikit-learn, arithmetic-mean normalisation), in [0, 1]."""
+    from sklearn.metrics import normalized_mutual_info_score
+
+    return float(normalized_mutual_info_score(_codes(a), _codes(b)))
+
+
+def _upper(D):
+    m = np.asarray(D, dtype=float)
+    return np.triu_indices(len(m), 1), m
+
+
+def within_between(D, labels) -> tuple[float, float]:
+    """Mean distance over pairs (i < j) with the same label, and over pairs with different labels."""
+    (i, j), m = _upper(D)
+    lab = np.asarray(labels, dtype=object)
+    same = lab[i] == lab[j]
+    d = m[i, j]
+    return (float(d[same].mean()) if same.any() else float("nan"),
+            float(d[~same].mean()) if (~same).any() else float("nan"))
+
+
+def distance_by_cell(D, labels: dict[str, Sequence]) -> pd.DataFrame:
+    """Mean distance and pair count over pairs (i < j), grouped by whether each labelling agrees
+    ("same"/"diff" per labelling), e.g. {"template": [...], "order": [...]}."""
+    (i, j), m = _upper(D)
+    df = pd.DataFrame({k: np.where(np.asarray(v, dtype=object)[i] == np.asarray(v, dtype=object)[j], "same", "diff")
+                       for k, v in labels.items()})
+    df["distance"] = m[i, j]
+    return df.groupby(list(labels))["distance"].agg(["mean", "count"]).reset_index()
+
+
+def permutation_test(stat: Callable, labels, n: int = 999, seed: int = 0, strata=None) -> tuple[float, float, np.ndarray]:
+    """One-sided permutation test of ``stat(labels)`` (larger = more structure): shuffle the labels
+    n times with a seeded generator (within each stratum when ``strata`` is given, e.g. shuffle the
+    ABBA/BABA order only among prompts of the same template). Returns (observed statistic,
+    p-value = (1 + #{null >= observed}) / (n + 1), the null statistics)."""
+    lab = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    groups = [np.arange(len(lab))] if strata is None else \
+        [np.flatnonzero(np.asarray(strata, dtype=object) == s) for s in dict.fromkeys(list(strata))]
+    observed = float(stat(lab))
+    null = np.empty(n)
+    for r in range(n):
+        perm = lab.copy()
+        for g in groups:
+            perm[g] = lab[g][rng.permutation(len(g))]
+        null[r] = stat(perm)
+    p = (1 + int((null >= observed - 1e-12).sum())) / (n + 1)
+    return observed, p, null
+
+
+def label_alignment(D, Z: np.ndarray, labels, n_perm: int = 999, seed: int = 0, k: int | None = None,
+                    strata=None) -> dict:
+    """How well a labelling explains the distances and the clustering: the k-cluster cut (k = number
+    of distinct labels by default) scored by ARI and NMI, within- and between-label mean distances,
+    and permutation p-values for the ARI and for the gap (between - within)."""
+    names, lab = np.unique(np.asarray(labels, dtype=object).astype(str), return_inverse=True)  # integer codes
+    k = k or len(names)
+    clusters = cut(Z, k)
+    ari, p_ari, _ = permutation_test(lambda x: adjusted_rand(clusters, x), lab, n_perm, seed, strata)
+
+    (i, j), m = _upper(D)
+    d = m[i, j]
+
+    def gap(x):
+        same = x[i] == x[j]
+        return float(d[~same].mean() - d[same].mean())
+
+    g, p_gap, _ = permutation_test(gap, lab, n_perm, seed, strata)
+    within, between = within_between(D, lab)
+    return dict(k=k, ari=ari, p_ari=p_ari, nmi=normalized_mutual_info(clusters, lab), within=within,
+                between=between, gap=g, p_gap=p_gap)
+
+
+# ---------------------------------------------------------------- figures
+
+def _colours(values, palette: str = "tab10") -> tuple[list, dict]:
+    import seaborn as sns
+
+    levels = list(dict.fromkeys(values))
+    cols = dict(zip(levels, sns.color_palette(palette, len(levels))))
+    return [cols[v] for v in values], cols
+
+
+def dendrogram_with_labels(Z: np.ndarray, labels: dict[str, Sequence], title: str = "", palettes=None,
+                           figsize=(11, 5)):
+    """A dendrogram (:func:`accpp.multilingual.draw_dendrogram`) with one colour strip per labelling
+    under the leaves, e.g. {"template": [...], "order": [...]}; returns the figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    from accpp.multilingual import draw_dendrogram
+
+    names = list(labels)
+    palettes = palettes or {}
+    n = len(Z) + 1
+    fig, axes = plt.subplots(1 + len(names), 1, figsize=figsize, sharex=True,
+                             gridspec_kw=dict(height_ratios=[6] + [0.6] * len(names), hspace=0.06))
+    draw_dendrogram(Z, [""] * n, ax=axes[0], title=title)
+    axes[0].set_xlim(0, 10 * n)  # scipy puts leaf i of the order at x = 5 + 10 i
+    order = leaf_order(Z)
+    for ax, name in zip(axes[1:], names):
+        vals = [str(v) for v in labels[name]]
+        cols, legend = _colours(vals, palettes.get(name, "tab10"))
+        ax.imshow(np.array([[cols[i] for i in order]]), aspect="auto", extent=(0, 10 * n, 0, 1))
+        ax.set_yticks([0.5])
+        ax.set_yticklabels([name])
+        ax.grid(False)
+        ax.legend(handles=[Patch(color=c, label=v) for v, c in legend.items()], loc="center left",
+                  bbox_to_anchor=(1.01, 0.5), ncol=min(len(legend), 8), fontsize=8, frameon=False,
+                  handlelength=1, columnspacing=0.8)
+    axes[-1].set_xticks([])
+    axes[-1].set_xlabel(f"{n} prompts, leaves in dendrogram order")
+    return fig
+
+
+def sorted_heatmap(D, keys: Sequence[tuple], ax=None, title: str = "", cmap: str = "viridis", fmt=None):
+    """Distance heatmap with rows/columns sorted by ``keys`` (e.g. (template, order) per prompt);
+    lines separate blocks of equal first key, ticks name each block of equal full key
+    (``fmt(key)``, default the key's parts joined by spaces)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    ax = ax or plt.subplots(figsize=(6, 5))[1]
+    keys = [tuple(k) for k in keys]
+    idx = sorted(range(len(keys)), key=lambda i: (keys[i], i))
+    m = np.asarray(D, dtype=float)[np.ix_(idx, idx)]
+    sns.heatmap(m, ax=ax, cmap=cmap, square=True, xticklabels=False, yticklabels=False,
+                cbar_kws=dict(shrink=0.8, label="Jaccard distance"))
+    sk = [keys[i] for i in idx]
+    starts = [i for i in range(len(sk)) if i == 0 or sk[i] != sk[i - 1]] + [len(sk)]
+    centres = [(a + b) / 2 for a, b in zip(starts[:-1], starts[1:])]
+    ax.set_yticks(centres)
+    fmt = fmt or (lambda k: " ".join(map(str, k)))
+    ax.set_yticklabels([fmt(sk[a]) for a in starts[:-1]], fontsize=7, rotation=0)
+    for i in range(1, len(sk)):
+        if sk[i][0] != sk[i - 1][0]:
+            ax.axhline(i, color="white", lw=1.5)
+            ax.axvline(i, color="white", lw=1.5)
+        elif sk[i] != sk[i - 1]:
+            ax.axhline(i, color="white", lw=0.5, ls=":")
+            ax.axvline(i, color="white", lw=0.5, ls=":")
+    ax.set_title(title, fontsize=9)
+    return ax

@@ -1,0 +1,549 @@
+"""Interventions on traced signals: remove one signal at ONE head's query or key input.
+
+    iv = Intervener(tracer, prompt.ids(), prompt.io_id, prompt.s_id)   # one decomposition, one clean run
+    spec = SignalSpec.from_graph(circuit.graph, u, v, key)             # or SignalSpec.from_edge(firing, edge)
+    iv.remove(spec)                                                    # the traced signal
+    iv.remove(spec, subspace="random", seed=3)                         # same component, same size,
+                                                                       # other singular directions
+    remove_signal(tracer, ids, spec, correct, wrong, subspace=..., seed=...)   # one-off version
+
+Each call returns an :class:`InterventionResult`: the task metric (logit(correct) - logit(wrong)
+at the answer position), the downstream firing's attention weight A_ds and the cosine between
+the final residual (the final norm's input at the answer position) with and without the
+intervention, plus the size of the removed vector relative to the head's input.
+
+Derivation (row vectors; notation of :mod:`accpp.arch`, :mod:`accpp.signals`)
+------------------------------------------------------------------------------
+Downstream firing (layer L, head a, destination d, source s); kv = the key/value head of a.
+With x~_t = x_t / sigma_t (sigma_t: the input RMSNorm's per-token scale) and the gain g folded
+into W_Q^eff = diag(g) W_Q[a], W_K^eff = diag(g) W_K[kv], the vectors that enter the dot product are
+
+    qf_d = rot_d( n_q( x~_d W_Q^eff + b ) )        kf_j = rot_j( n_k( x~_j W_K^eff + b ) )
+    S_dj = scale * qf_d . kf_j
+
+(rot_t(v) = v R_t: RoPE, rotate-half convention; n_q, n_k: Gemma-3's q/k RMSNorm, identity
+otherwise; its per-token scale rho is held fixed like sigma, its gain is diagonal.) The SVD of
+Omega = W_Q^eff W_K^eff^T = U diag(S) V^T is kept in head space: U = W_Q^eff Ut, V = W_K^eff Vt,
+with Ut diag(S) Vt^T = I (dh x dh). The tracer's coordinates are
+
+    alpha_d = qf_d Ut,   beta_j = kf_j Vt,   S_dj = scale * sum_k S_k alpha_{d,k} beta_{j,k},
+
+and alpha_d (beta_j) is the sum over residual components c of coefficients alpha_{c,k}
+(beta_{c,j,k}), each the component divided by the norm scales and mapped the same way
+(``FiringSolver.token_coeffs``). A query-side signal edge (component c at d, singular indices
+K) is the part of alpha_d on K that c contributes; removing it means
+
+    alpha_d' = alpha_d - alpha_c * 1_K     <=>     qf_d' = qf_d - delta,   delta = (alpha_c * 1_K) Ut^{-1},
+
+because qf = alpha Ut^{-1} is linear (Ut^{-1} = diag(S) Vt^T). The key side is the same with
+beta_{c,j}, Vt and kf_j at the edge's token j. So the intervention changes exactly the score
+contributions the tracer attributed to the signal: in exact arithmetic A_ds after the removal
+equals A_ds - edge.drop (a test). With K = all dh indices, delta is the whole contribution of c
+to qf_d, i.e. the same as removing c from head a's (normalised) query input (a test).
+
+In the head's input space the same change is any dx with dx W_Q^eff (then n_q's fixed scale and
+gain, then R_d) = delta; the minimum-norm one is
+
+    dx~ = (delta R_d^{-1} * rho / g_q) (W_Q^eff)^+           (g_q: q-norm gain, 1 if none)
+
+which, without RoPE and q-norm, is exactly the orthogonal projection of c / sigma_d onto the left
+singular directions {u_k : k in K} (the u_k are orthonormal and alpha_{c,k} = (c/sigma_d) . u_k).
+In residual units dx = sigma_d dx~ ("divided by the downstream norm scale" undone). We report
+|dx~| / |x~_t| and cos(x_t, x_t - dx) as the size of the removal at the head's input.
+
+Where it acts in the model. Hugging Face computes every head's query from one normalised input,
+and with grouped-query attention one key head serves several query heads, so subtracting dx from
+the input of q_proj/k_proj would change other heads too. Since head a reads its input only
+through W_Q[a] (W_K[kv]), subtracting dx from a private copy of head a's input is the same as
+subtracting delta from head a's rotated query (key) alone. The implementation therefore, inside
+the model's own forward pass at layer L:
+
+1. captures head a's query, its kv head's key and value as the model computes them (forward hooks
+   on ``q_norm``/``k_norm`` when the family has them, else on ``q_proj``/``k_proj``; ``v_proj``) and
+   the rotary (cos, sin) passed to the attention module;
+2. rotates them, subtracts delta at row d (query side) or at row j of head a's own copy of the
+   key (key side), recomputes head a's scores (scale, soft-cap, causal/sliding-window mask),
+   softmax and weighted values;
+3. writes that output into head a's slice of ``o_proj``'s input (forward pre-hook); head a's new
+   pattern is kept on the patch (and reported in place of the module's own weights for head a).
+
+Everything else (other heads of layer L, all later layers, the logits) is the real model's
+computation. Layers below L are untouched, so the captured q, k, v equal the clean run's.
+
+Random control: the same component, side and token, with |K| singular indices drawn (seeded)
+from the head's other dh - |K| directions (:func:`random_subspace`).
+
+Supported: the llama-like adapters (``llama`` = SmolLM2, ``gemma2``, ``gemma3_text``); other
+families raise :class:`accpp.arch.UnsupportedArchitecture`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from accpp.arch import UnsupportedArchitecture
+from accpp.decompose import KIND_BIAS, KIND_EMB, KIND_HEAD, KIND_MLP, KIND_NAMES, KIND_OFFSET, _get, visible
+from accpp.signals import Firing, FiringSolver, SignalEdge, _cap
+
+__all__ = ["SUPPORTED", "SIDES", "NotASignalEdge", "SignalSpec", "InterventionResult", "Intervener",
+           "random_subspace", "remove_signal", "head_patch", "top_seed_edges", "compare_subspaces"]
+
+SUPPORTED = ("llama", "gemma2", "gemma3_text")
+SIDES = {"d": "query", "s": "key"}
+_KIND_OF_NAME = {v: k for k, v in KIND_NAMES.items()}
+
+
+class NotASignalEdge(ValueError):
+    """The edge given is not a signal edge of a traced firing (or names no component there)."""
+
+
+def check_supported(arch) -> None:
+    if arch.model_type not in SUPPORTED:
+        raise UnsupportedArchitecture(
+            f"signal interventions are implemented for the llama-like adapters ({', '.join(SUPPORTED)}): "
+            f"they hook q_proj/k_proj/v_proj/o_proj (and q_norm/k_norm) of the attention module; "
+            f"model_type {arch.model_type!r} is not supported")
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SignalSpec:
+    """One signal edge: component (kind, comp_layer, comp_head, comp_src) at ``token`` into one side
+    of the firing (layer, head, dest, src), carried by singular directions ``sing`` of that head."""
+
+    layer: int
+    head: int
+    dest: int
+    src: int
+    side: str  # "d": query side, "s": key side
+    kind: int
+    comp_layer: int
+    comp_head: int
+    comp_src: int
+    token: int
+    sing: tuple[int, ...]
+    attribution: float | None = None
+    drop: float | None = None
+
+    @property
+    def firing(self) -> Firing:
+        return Firing(self.layer, self.head, self.dest, self.src)
+
+    @property
+    def rank(self) -> int:
+        return len(self.sing)
+
+    @property
+    def label(self) -> tuple[int, int, int, int]:
+        """The component's row label in ``FiringSolver.token_coeffs`` ([kind, layer, head, src])."""
+        return (self.kind, self.comp_layer, self.comp_head, self.comp_src)
+
+    def describe(self) -> str:
+        k = KIND_NAMES.get(self.kind, "?")
+        comp = {"head": f"A{self.comp_layer}.{self.comp_head}<{self.comp_src}", "mlp": f"M{self.comp_layer}",
+                "emb": "E", "bias": f"B{self.comp_layer}", "offset": f"O{self.comp_layer}.{self.comp_head}"}.get(k, k)
+        return (f"{comp}@{self.token} -> A{self.layer}.{self.head}@{self.dest}<{self.src} "
+                f"({SIDES.get(self.side, self.side)}, k={list(self.sing)})")
+
+    @classmethod
+    def from_edge(cls, firing: Firing, edge: SignalEdge) -> "SignalSpec":
+        """From a :class:`accpp.signals.SignalEdge` of ``FiringSolver.solve(firing)``."""
+        if not isinstance(edge, SignalEdge):
+            raise NotASignalEdge(f"expected a SignalEdge, got {type(edge).__name__}")
+        return cls(firing.layer, firing.head, firing.dest, firing.src, edge.side, edge.kind, edge.layer,
+                   edge.head, edge.src, edge.token, tuple(int(k) for k in edge.sing), edge.attribution, edge.drop)
+
+    @classmethod
+    def from_graph(cls, graph, u: str, v: str, key=None) -> "SignalSpec":
+        """From the circuit graph edge u -> v (``key`` picks among parallel edges; needed if several)."""
+        if not graph.has_edge(u, v):
+            raise NotASignalEdge(f"the circuit has no edge {u!r} -> {v!r}")
+        if key is None:
+            keys = list(graph[u][v])
+            if len(keys) != 1:
+                raise NotASignalEdge(f"{len(keys)} parallel edges {u!r} -> {v!r}; pass key= (one of {keys})")
+            key = keys[0]
+        data, src_node, dst_node = graph.edges[u, v, key], graph.nodes[u], graph.nodes[v]
+        if data.get("side") not in SIDES:
+            raise NotASignalEdge(
+                f"edge {u!r} -> {v!r} has side {data.get('side')!r}: only signal edges (side 'd' or 's', into a "
+                "traced head firing) can be removed; seed edges into the logits carry no signal subspace")
+        if dst_node.get("kind") != "head":
+            raise NotASignalEdge(f"edge {u!r} -> {v!r} does not end at an attention firing")
+        kind = _KIND_OF_NAME.get(src_node.get("kind"))
+        if kind is None:
+            raise NotASignalEdge(f"node {u!r} has unknown kind {src_node.get('kind')!r}")
+        # graph nodes first created as seeds carry src = their token; token_coeffs labels use -1
+        lay, head, src = src_node["layer"], src_node["head"], src_node["src"]
+        if kind != KIND_HEAD:
+            src = -1
+            head = head if kind == KIND_OFFSET else -1
+            lay = -1 if kind == KIND_EMB else lay
+        return cls(dst_node["layer"], dst_node["head"], dst_node["dest"], dst_node["src"], data["side"], kind,
+                   lay, head, src, data["token"],
+                   tuple(int(k) for k in data["sing"]), data.get("attribution"), data.get("drop"))
+
+    def with_sing(self, sing) -> "SignalSpec":
+        return SignalSpec(**{**self.__dict__, "sing": tuple(int(k) for k in sing)})
+
+
+def random_subspace(sing, dh: int, seed: int) -> tuple[int, ...]:
+    """|sing| singular indices drawn uniformly (seeded) from the dh - |sing| indices not in ``sing``."""
+    sing = sorted({int(k) for k in sing})
+    if len(sing) == 0:
+        raise ValueError("empty signal subspace")
+    if any(k < 0 or k >= dh for k in sing):
+        raise ValueError(f"singular indices {sing} outside 0..{dh - 1}")
+    pool = torch.tensor([k for k in range(dh) if k not in sing], dtype=torch.long)
+    if len(sing) > pool.numel():
+        raise ValueError(f"a rank-{len(sing)} signal leaves only {pool.numel()} other directions of {dh}: "
+                         "no disjoint random subspace of the same size")
+    gen = torch.Generator().manual_seed(int(seed))
+    pick = pool[torch.randperm(pool.numel(), generator=gen)[: len(sing)]]
+    return tuple(sorted(pick.tolist()))
+
+
+# ---------------------------------------------------------------------------------------------
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE (rotate-half) on the first cos.shape[-1] dims of x (T, dh); the rest passes through."""
+    rd = cos.shape[-1]
+    r, rest = x[..., :rd], x[..., rd:]
+    half = rd // 2
+    rh = torch.cat((-r[..., half:], r[..., :half]), -1)
+    return torch.cat((r * cos + rh * sin, rest), -1)
+
+
+class head_patch:
+    """Context manager: in the model's forward pass, subtract ``delta`` (dh,) from head ``a`` of layer
+    ``L``'s rotated query at row ``row`` (side "d") or from its own copy of the rotated key at row
+    ``row`` (side "s"). ``delta=None``: recompute head a unchanged (a no-op up to rounding).
+    After the pass, ``self.pattern`` is head a's (T, T) attention pattern (float64)."""
+
+    def __init__(self, model, arch, L: int, a: int, side: str, row: int, delta: torch.Tensor | None):
+        check_supported(arch)
+        if side not in SIDES:
+            raise ValueError(f"unknown side {side!r}: 'd' (query side) or 's' (key side)")
+        self.arch, self.lw = arch, arch.layers[L]
+        self.attn = getattr(_get(model, arch.layers_path)[L], arch.attn_name)
+        self.L, self.a, self.kv, self.side, self.row = L, a, self.lw.kv_of(a), side, row
+        self.delta = None if delta is None else delta.detach().to(torch.float64)
+        self.pattern = None
+        self._seen: dict = {}
+        self._handles: list = []
+
+    def _capture(self, name):
+        def hook(mod, args, out):
+            self._seen[name] = out
+        return hook
+
+    def _grab_rope(self, mod, args, kwargs):
+        pe = kwargs.get("position_embeddings")
+        if pe is None and len(args) > 1:
+            pe = args[1]
+        self._seen["rope"] = pe
+
+    def _head_tensors(self):
+        dh, lw = self.arch.d_head, self.lw
+        f = lambda t: t.detach().to(torch.float64)  # noqa: E731
+
+        def pick(name, idx, normed):
+            t = self._seen[name]
+            if t.shape[0] != 1:
+                raise ValueError("interventions run one prompt at a time (batch size 1)")
+            # projection outputs: (1, T, n*dh); q/k-norm outputs: (1, n, T, dh)
+            return f(t[0, idx]) if normed else f(t[0].view(t.shape[1], -1, dh)[:, idx])
+
+        q = pick("q", self.a, lw.q_norm is not None)
+        k = pick("k", self.kv, lw.k_norm is not None)
+        v = pick("v", self.kv, False)
+        rope = self._seen.get("rope")
+        if rope is not None and lw.rotary_dims > 0:
+            cos, sin = (f(t[0]) for t in rope)
+            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        return q, k, v
+
+    def _patch_o(self, mod, args):
+        (x,) = args
+        q, k, v = self._head_tensors()
+        if self.delta is not None:
+            if self.side == "d":
+                q = q.clone()
+                q[self.row] -= self.delta
+            else:
+                k = k.clone()
+                k[self.row] -= self.delta
+        T, lw = q.shape[0], self.lw
+        S = _cap(lw.scale * q @ k.T, lw.softcap)
+        mask = torch.zeros(T, T, dtype=torch.bool)
+        for t in range(T):
+            mask[t, visible(T, t, lw.sliding_window)] = True
+        P = torch.softmax(S.masked_fill(~mask, float("-inf")), -1)
+        self.pattern = P
+        out = x.clone()
+        dh = self.arch.d_head
+        out[0, :, self.a * dh:(self.a + 1) * dh] = (P @ v).to(x.dtype)
+        return (out,)
+
+    def __enter__(self):
+        a, lw = self.attn, self.lw
+        q_src = a.q_norm if lw.q_norm is not None else a.q_proj
+        k_src = a.k_norm if lw.k_norm is not None else a.k_proj
+        self._handles = [q_src.register_forward_hook(self._capture("q")),
+                         k_src.register_forward_hook(self._capture("k")),
+                         a.v_proj.register_forward_hook(self._capture("v")),
+                         a.register_forward_pre_hook(self._grab_rope, with_kwargs=True),
+                         a.o_proj.register_forward_pre_hook(self._patch_o)]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class RunOutput:
+    metric: float  # logit(correct) - logit(wrong) at the position
+    final_resid: torch.Tensor  # (d,) the final norm's input at the position, float64
+    attn: torch.Tensor  # (L, H, T, T) attention weights, float64
+    logits: torch.Tensor  # (V,) at the position
+
+
+@dataclass
+class InterventionResult:
+    spec: SignalSpec
+    subspace: str  # "signal" | "random" | "custom"
+    sing_removed: tuple[int, ...]
+    seed: int | None
+    metric_before: float
+    metric_after: float
+    attn_before: float  # A_ds of the downstream firing, clean run
+    attn_after: float
+    final_resid_cos: float  # cos(final residual at the position, with vs without)
+    head_input_cos: float  # cos(x_t, x_t - dx) at the head's input (t = d or the key token)
+    removed_norm_ratio: float  # |dx~| / |x~_t|
+    delta_norm_ratio: float  # |delta| / |qf_d| (or |kf_j|) in head space
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def metric_change(self) -> float:
+        return self.metric_after - self.metric_before
+
+    @property
+    def attn_change(self) -> float:
+        return self.attn_after - self.attn_before
+
+    def row(self) -> dict:
+        return dict(signal=self.spec.describe(), side=self.spec.side, rank=self.spec.rank, subspace=self.subspace,
+                    seed=self.seed, sing=list(self.sing_removed), metric_before=self.metric_before,
+                    metric_after=self.metric_after, metric_change=self.metric_change, attn_before=self.attn_before,
+                    attn_after=self.attn_after, attn_change=self.attn_change, final_resid_cos=self.final_resid_cos,
+                    head_input_cos=self.head_input_cos, removed_norm_ratio=self.removed_norm_ratio,
+                    delta_norm_ratio=self.delta_norm_ratio, attribution=self.spec.attribution,
+                    traced_drop=self.spec.drop, **self.extra)
+
+
+def _cos(x: torch.Tensor, y: torch.Tensor) -> float:
+    return float((x @ y) / (x.norm() * y.norm()).clamp_min(1e-300))
+
+
+class Intervener:
+    """Signal interventions on one prompt: one decomposition and one clean run, then one forward
+    pass per intervention. ``correct``/``wrong``: the metric's token ids at ``position``.
+    ``replay=True`` skips recomputing the layers below the intervened one (identical results)."""
+
+    def __init__(self, tracer, input_ids, correct: int, wrong: int, position: int = -1, replay: bool = True):
+        check_supported(tracer.arch)
+        self.tracer, self.model, self.arch = tracer, tracer.model, tracer.arch
+        self.ids = torch.as_tensor(input_ids).reshape(-1)
+        self.correct, self.wrong = int(correct), int(wrong)
+        self.dec = tracer.decompose(self.ids)
+        self.solver = FiringSolver(self.dec, tracer.svd)
+        self.T = self.dec.T
+        self.position = position % self.T
+        self.replay = replay  # replay the clean outputs of the layers below the intervention
+        self.clean = self.run()
+
+    # -- forward passes -------------------------------------------------------------------------
+    @torch.no_grad()
+    def run(self, patch: head_patch | None = None, skip_below: int = 0) -> RunOutput:
+        """One forward pass (optionally under ``patch``). ``skip_below=L`` replays the clean run's
+        outputs of layers < L instead of recomputing them (they cannot change: an intervention at
+        layer L acts after them), which is the same computation, only cheaper."""
+        layers = _get(self.model, self.arch.layers_path)
+        seen, attn, handles, swapped = {}, {}, [], []
+        final = _get(self.model, self.arch.final_norm_path)
+        handles.append(final.register_forward_pre_hook(lambda mod, args: seen.__setitem__("x", args[0])))
+        for i, layer in enumerate(layers):
+            mod = getattr(layer, self.arch.attn_name)
+            handles.append(mod.register_forward_hook(
+                lambda mod, args, out, i=i: attn.__setitem__(i, out[1])))
+            if patch is None and skip_below == 0 and not hasattr(self, "_layer_out"):
+                handles.append(layer.register_forward_hook(
+                    lambda mod, args, out, i=i: seen.__setitem__(("layer", i), out)))
+        try:
+            for i in range(skip_below):
+                layer = layers[i]
+                swapped.append((layer, layer.__dict__.get("forward")))
+                layer.forward = (lambda *a, _out=self._layer_out[i], **k: _out)
+            keep = self.T - self.position  # logits for positions >= self.position only
+            if patch is None:
+                out = self.model(self.ids[None], logits_to_keep=keep)
+            else:
+                with patch:
+                    out = self.model(self.ids[None], logits_to_keep=keep)
+        finally:
+            for h in handles:
+                h.remove()
+            for layer, fwd in swapped:
+                if fwd is None:
+                    del layer.forward
+                else:
+                    layer.forward = fwd
+        if not hasattr(self, "_layer_out"):
+            self._layer_out = [seen[("layer", i)] for i in range(len(layers))]
+        clean_attn = getattr(self, "clean", None)
+        maps = []
+        for i in range(len(layers)):
+            if i in attn and attn[i] is not None:
+                maps.append(attn[i][0].detach().to(torch.float64))
+            else:  # a replayed layer: the clean run's weights
+                maps.append(clean_attn.attn[i])
+        A = torch.stack(maps)
+        if patch is not None:  # the module still returns head a's clean weights; report the patched ones
+            A[patch.L, patch.a] = patch.pattern
+        logits = out.logits[0, 0].detach().to(torch.float64)
+        return RunOutput(float(logits[self.correct] - logits[self.wrong]),
+                         seen["x"][0, self.position].detach().to(torch.float64), A, logits)
+
+    # -- the signal in head space and in the input space ------------------------------------------
+    def validate(self, spec: SignalSpec) -> None:
+        """Raise ValueError / NotASignalEdge if ``spec`` cannot be a signal edge of this prompt."""
+        arch, T = self.arch, self.T
+        if spec.side not in SIDES:
+            raise ValueError(f"unknown side {spec.side!r}: 'd' (query side) or 's' (key side)")
+        if not (0 <= spec.layer < arch.n_layers and 0 <= spec.head < arch.n_heads):
+            raise ValueError(f"no head {spec.layer}.{spec.head} in a {arch.n_layers}-layer, {arch.n_heads}-head model")
+        J = visible(T, spec.dest, arch.layers[spec.layer].sliding_window) if 0 <= spec.dest < T else None
+        if J is None or spec.src not in J.tolist():
+            raise ValueError(f"firing {spec.dest}<{spec.src} is not a visible pair in a {T}-token prompt")
+        if spec.side == "d" and spec.token != spec.dest:
+            raise NotASignalEdge(f"a query-side signal sits at the destination token {spec.dest}, not {spec.token}")
+        if spec.side == "s" and spec.token not in J.tolist():
+            raise NotASignalEdge(f"key token {spec.token} is not visible from destination {spec.dest}")
+        dh = arch.d_head
+        if len(spec.sing) == 0 or len(set(spec.sing)) != len(spec.sing) or any(not 0 <= k < dh for k in spec.sing):
+            raise ValueError(f"singular indices must be distinct, non-empty, in 0..{dh - 1}; got {list(spec.sing)}")
+        if spec.kind not in (KIND_EMB, KIND_HEAD, KIND_MLP, KIND_BIAS, KIND_OFFSET):
+            raise NotASignalEdge(f"unknown component kind {spec.kind}")
+
+    def coefficients(self, spec: SignalSpec) -> torch.Tensor:
+        """The component's coefficients (dh,) on head (layer, head)'s singular directions at the
+        signal's token: alpha_c (query side) or beta_{c,j} (key side)."""
+        self.validate(spec)
+        C, labels = self.solver.token_coeffs(spec.layer, spec.head, spec.token, "q" if spec.side == "d" else "k")
+        hit = torch.nonzero((labels == torch.tensor(spec.label)).all(-1))
+        if hit.numel() != 1:
+            raise NotASignalEdge(
+                f"{spec.describe()}: no component {KIND_NAMES.get(spec.kind)} (layer {spec.comp_layer}, head "
+                f"{spec.comp_head}, source {spec.comp_src}) in the residual entering layer {spec.layer} at token "
+                f"{spec.token}")
+        return C[int(hit[0, 0])]
+
+    def head_delta(self, spec: SignalSpec, sing=None) -> torch.Tensor:
+        """delta (dh,) subtracted from the rotated query qf_d (or head a's key kf_j):
+        (coef * 1_K) Ut^{-1} (or Vt^{-1}), K = ``sing`` (default: the signal's own indices)."""
+        coef = self.coefficients(spec)
+        sing = spec.sing if sing is None else tuple(sing)
+        if any(not 0 <= k < coef.numel() for k in sing):
+            raise ValueError(f"singular indices {list(sing)} outside 0..{coef.numel() - 1}")
+        masked = torch.zeros_like(coef)
+        idx = torch.tensor(sing, dtype=torch.long)
+        masked[idx] = coef[idx]
+        B = (self.solver.svd.Ut if spec.side == "d" else self.solver.svd.Vt)[spec.layer, spec.head]
+        return torch.linalg.solve(B.mT, masked)  # delta B = masked
+
+    def input_delta(self, spec: SignalSpec, delta: torch.Tensor) -> torch.Tensor:
+        """Minimum-norm dx~ (d_model, in units of x / sigma_t) whose effect on head a is ``delta``."""
+        L, t, lw = spec.layer, spec.token, self.arch.layers[spec.layer]
+        side = "q" if spec.side == "d" else "k"
+        v = delta
+        if self.dec.rot[L] is not None:
+            v = torch.linalg.solve(self.dec.rot[L][t].mT, v)  # undo v -> v R_t
+        norm = lw.q_norm if side == "q" else lw.k_norm
+        if norm is not None:
+            rho = self.dec.rho_q(L)[t, spec.head] if side == "q" else self.dec.rho_k(L)[t, lw.kv_of(spec.head)]
+            g = norm.gain
+            v = torch.where(g != 0, v / torch.where(g != 0, g, torch.ones_like(g)), torch.zeros_like(v)) * rho
+        W = lw.wq_eff(spec.head) if side == "q" else lw.wk_eff(lw.kv_of(spec.head))
+        return torch.linalg.lstsq(W.T, v[:, None]).solution[:, 0]
+
+    # -- interventions ----------------------------------------------------------------------------
+    def apply(self, spec: SignalSpec, delta: torch.Tensor | None) -> tuple[RunOutput, head_patch]:
+        """Forward pass with ``delta`` subtracted at head (layer, head)'s query/key (see head_patch)."""
+        patch = head_patch(self.model, self.arch, spec.layer, spec.head, spec.side, spec.token, delta)
+        return self.run(patch, skip_below=spec.layer if self.replay else 0), patch
+
+    def remove(self, spec: SignalSpec, subspace: str = "signal", seed: int | None = None,
+               sing=None) -> InterventionResult:
+        """Remove the signal (``subspace="signal"``), a random same-size subspace of the other singular
+        directions (``"random"``, ``seed`` required) or explicit indices (``"custom"``, ``sing``)."""
+        self.validate(spec)
+        if subspace == "signal":
+            K = spec.sing
+        elif subspace == "random":
+            if seed is None:
+                raise ValueError("subspace='random' needs a seed")
+            K = random_subspace(spec.sing, self.arch.d_head, seed)
+        elif subspace == "custom":
+            if sing is None:
+                raise ValueError("subspace='custom' needs sing=")
+            K = tuple(int(k) for k in sing)
+        else:
+            raise ValueError(f"unknown subspace {subspace!r}: 'signal', 'random' or 'custom'")
+        delta = self.head_delta(spec, K)
+        out, patch = self.apply(spec, delta)
+        L, a, d, s, t = spec.layer, spec.head, spec.dest, spec.src, spec.token
+        dx = self.input_delta(spec, delta)
+        x = self.dec.acts.resid[L, t] / self.dec.sigma[L, t]  # x~_t
+        clean_head = self._clean_head_vector(spec)
+        return InterventionResult(
+            spec=spec, subspace=subspace, sing_removed=tuple(K), seed=seed,
+            metric_before=self.clean.metric, metric_after=out.metric,
+            attn_before=float(self.clean.attn[L, a, d, s]), attn_after=float(out.attn[L, a, d, s]),
+            final_resid_cos=_cos(self.clean.final_resid, out.final_resid),
+            head_input_cos=_cos(x, x - dx), removed_norm_ratio=float(dx.norm() / x.norm()),
+            delta_norm_ratio=float(delta.norm() / clean_head.norm()))
+
+    def _clean_head_vector(self, spec: SignalSpec) -> torch.Tensor:
+        """qf_d (query side) or kf_j (key side) of the clean run, from the decomposition."""
+        side = "q" if spec.side == "d" else "k"
+        C, _ = self.solver.token_coeffs(spec.layer, spec.head, spec.token, side)
+        B = (self.solver.svd.Ut if side == "q" else self.solver.svd.Vt)[spec.layer, spec.head]
+        return torch.linalg.solve(B.mT, C.sum(0))
+
+
+def remove_signal(tracer, input_ids, spec: SignalSpec, correct: int, wrong: int, subspace: str = "signal",
+                  seed: int | None = None, position: int = -1) -> InterventionResult:
+    """One-off: :class:`Intervener` on the prompt, then ``remove(spec, subspace, seed)``."""
+    return Intervener(tracer, input_ids, correct, wrong, position).remove(spec, subspace, seed)
+
+
+# ---------------------------------------------------------------------------------------------
+def top_seed_edges(graph, k: int) -> list[SignalSpec]:
+    """The ``k`` signal edges of highest attribution into the circuit's seed firings (the head
+    firings with an edge into the logits node: the ones that write the metric directly)."""
+    seeds = {u for u, _, d in graph.edges(data=True)
+             if d.get("side") == "seed" and graph.nodes[u].get("kind") == "head" and graph.nodes[u].get("traced")}
+    edges = [(d["attribution"], u, v, key) for v in seeds
+             for u, _, key, d in graph.in_edges(v, keys=True, data=True) if d.get("side") in SIDES]
+    edges.sort(key=lambda e: (-e[0], e[1], e[2], e[3]))
+    return [SignalSpec.from_graph(graph, u, v, key) for _, u, v, key in edges[:k]]
+
+
+def compare_subspaces(iv: Intervener, spec: SignalSpec, n_random: int, seed: int = 0) -> list[InterventionResult]:
+    """The signal removed, then ``n_random`` random same-size subspaces (seeds seed, seed+1, ...)."""
+    return [iv.remove(spec)] + [iv.remove(spec, "random", seed=seed + r) for r in range(n_random)]

@@ -1,0 +1,222 @@
+# %% [markdown]
+# # ACC++ 05: do per-prompt IOI circuits cluster by template?
+#
+# **Claim (accpp, §5, IOI clustering):** per-prompt ACC++ circuits of the IOI task cluster by
+# template: with the Jaccard distance between the circuits' component sets and average-linkage
+# clustering, GPT-2's circuits split by ABBA vs BABA order, Pythia's by wording (template), and
+# Gemma-2's less clearly.
+#
+# **Checked here:** a balanced IOI set (templates x ABBA/BABA x prompts per cell; only correctly
+# solved prompts are traced, since a prompt with logit difference <= 0 has no circuit), one ACC++
+# circuit per prompt, its position-free component set (heads and MLPs) and signal set (sender,
+# receiver head, query/key side, singular index). Jaccard distance matrix, average-linkage
+# dendrogram coloured by template and by order, a heatmap sorted by (template, order), and how
+# well each labelling (template, order, template x order) explains the distances and the
+# k-cluster cut: adjusted Rand index (ARI) and NMI of the cut with k = number of labels,
+# within- vs between-label mean distance, and permutation p-values (999 seeded shuffles; the
+# template labels are shuffled within each order and the order labels within each template, so
+# one factor cannot masquerade as the other). At `cpu`: SmolLM2-135M (offline), 5 templates x 2
+# orders x 3 prompts = 30 traced prompts, so effects are small-sample estimates. At `paper`: the
+# paper's balanced set, all 15 templates x (100 ABBA + 100 BABA) (correctly solved ones traced),
+# on Gemma-3-270M or the Hub model named in MODEL (e.g. "gpt2" to compare with the paper's GPT-2).
+
+# %% tags=["parameters"]
+PROFILE = "cpu"
+SEED = 0
+DEVICE = "cpu"
+MODEL = ""
+
+# %%
+import json
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+import torch
+
+from accpp import clustering as cl
+from accpp import datasets, ioi
+from accpp import multilingual as ml
+from accpp.models import load_model
+from accpp.trace import Tracer
+from compendium import claims, paths, plotting, profiles
+
+PROFILE = profiles.check(PROFILE)
+plotting.use_style()
+torch.manual_seed(SEED)
+torch.set_num_threads(2)
+MODEL = MODEL or profiles.pick(PROFILE, cpu="smollm2-135m", paper="gemma-3-270m")
+TEMPLATES = profiles.pick(PROFILE, cpu=[0, 4, 6, 9, 13], paper=list(range(15)))
+DRAWN = profiles.pick(PROFILE, cpu=8, paper=100)  # prompts drawn per (template, order)
+PER_CELL = profiles.pick(PROFILE, cpu=3, paper=100)  # traced per cell: the first correctly solved ones
+N_PERM = 999
+OUT = paths.output_dir() / "accpp" / "05_ioi_template_clusters"
+OUT.mkdir(parents=True, exist_ok=True)
+t_start = time.perf_counter()
+
+# %% [markdown]
+# ## 1. The balanced set and the model's behaviour per cell
+# The cpu templates differ in wording: "Then, ... went to the [PLACE]. [B] gave a [OBJECT] to",
+# "... had a long argument, and afterwards [B] said to", "When ... got a [OBJECT] at the [PLACE],
+# [B] decided to give it to", "While ... were commuting to the [PLACE], ...", "The [PLACE] [B] and
+# [A] went to had a [OBJECT]. [B] gave it to". (Template 14 is left out at cpu: SmolLM2 solves
+# fewer than half of its ABBA prompts.)
+
+# %%
+t0 = time.perf_counter()
+model, tok = load_model(MODEL)
+load_s = time.perf_counter() - t0
+drawn = datasets.ioi_balanced(tok, per_order=DRAWN, seed=SEED, templates_idx=TEMPLATES)
+metrics = datasets.evaluate(model, drawn)
+behaviour = (pd.DataFrame(dict(template=[p.template for p in drawn], order=[p.order for p in drawn],
+                               logit_diff=metrics.logit_diff.numpy()))
+             .groupby(["template", "order"])["logit_diff"]
+             .agg(mean="mean", accuracy=lambda x: float((x > 0).mean())).unstack("order"))
+prompts = []
+for t in TEMPLATES:
+    for order in ("ABBA", "BABA"):
+        prompts += [p for p, ld in zip(drawn, metrics.logit_diff.tolist())
+                    if p.template == t and p.order == order and ld > 0][:PER_CELL]
+print(f"{MODEL}: loaded in {load_s:.1f} s; accuracy {metrics.accuracy:.3f} over {len(drawn)} drawn prompts; "
+      f"{len(prompts)} to trace")
+behaviour.round(2)
+
+# %% [markdown]
+# ## 2. One circuit per prompt
+# Position-free sets (`accpp.multilingual`): components `A{layer}.{head}` / `M{layer}`; signals
+# (sender, receiver head, side, singular index k).
+
+# %%
+tracer = Tracer(model, tok, name=MODEL)
+tracer.svd  # per-head SVDs, cached on disk per model
+t0 = time.perf_counter()
+circuits = [ioi.trace_ioi(tracer, p) for p in prompts]
+trace_s = time.perf_counter() - t0
+comp = [ml.component_set(c.graph) for c in circuits]
+sig = [ml.signal_set(c.graph) for c in circuits]
+table = pd.DataFrame(dict(template=[p.template for p in prompts], order=[p.order for p in prompts],
+                          logit_diff=[c.logit_diff for c in circuits], firings=[c.n_firings for c in circuits],
+                          components=[len(s) for s in comp], signals=[len(s) for s in sig],
+                          seconds=[c.seconds for c in circuits]))
+(OUT / "sets.json").write_text(json.dumps([dict(text=p.text, template=p.template, order=p.order,
+                                                components=sorted(a), signals=sorted(map(list, b)))
+                                           for p, a, b in zip(prompts, comp, sig)]))
+print(f"traced {len(circuits)} prompts in {trace_s:.0f} s")
+table.groupby(["template", "order"])[["logit_diff", "firings", "components", "signals", "seconds"]].mean().round(2)
+
+# %% [markdown]
+# ## 3. Distances and average-linkage clustering
+# Jaccard distance 1 - |a & b| / |a | b| between every pair of circuits; UPGMA (average linkage).
+
+# %%
+template = np.array([f"T{p.template}" for p in prompts])
+order = np.array([p.order for p in prompts])
+D = {"components": cl.distance_matrix(comp), "signals": cl.distance_matrix(sig)}
+Z = {level: cl.average_linkage(m) for level, m in D.items()}
+fig = cl.dendrogram_with_labels(Z["components"], {"template": template, "order": order},
+                                palettes={"order": "Set2"}, figsize=(11, 4.5),
+                                title=f"Average linkage of IOI circuits (component sets), {MODEL}")
+plotting.savefig(fig, "accpp/05_ioi_dendrogram", profile=PROFILE)
+
+# %%
+keys = [(p.template, p.order) for p in prompts]
+fig, axes = plt.subplots(1, 3, figsize=(17, 5), gridspec_kw=dict(width_ratios=[1, 1, 0.75], wspace=0.3))
+for ax, level in zip(axes, D):
+    cl.sorted_heatmap(D[level], keys, ax=ax, title=f"Jaccard distance, {level}", fmt=lambda k: f"T{k[0]} {k[1]}")
+cells = pd.concat([cl.distance_by_cell(D[level], {"template": template, "order": order}).assign(level=level)
+                   for level in D])
+cells["pair"] = cells["template"] + "\n" + cells["order"]
+sns.barplot(data=cells, x="pair", y="mean", hue="level", ax=axes[2],
+            order=[f"{a}\n{b}" for a in ("same", "diff") for b in ("same", "diff")])
+axes[2].set_ylabel("mean Jaccard distance")
+axes[2].set_xlabel("template / order of the two prompts")
+axes[2].set_ylim(0, 1.15)
+axes[2].set_title("mean distance by pair type", fontsize=9)
+axes[2].legend(fontsize=8, loc="upper left", ncol=2)
+fig.suptitle(f"IOI circuit distances, {MODEL}, {len(prompts)} prompts")
+plotting.savefig(fig, "accpp/05_ioi_distances", profile=PROFILE)
+cells.pivot_table(index=["template", "order"], columns="level", values=["mean", "count"]).round(3)
+
+# %% [markdown]
+# ## 4. Which labelling do the clusters follow?
+# For each labelling, the dendrogram is cut into k clusters (k = its number of labels) and the cut
+# is compared with the labels (ARI, NMI); `within`/`between` are mean distances over pairs with the
+# same / different label. p-values: one-sided, 999 seeded shuffles (template within order, order
+# within template, template x order unrestricted), for the ARI and for the gap between - within.
+
+# %%
+LABELLINGS = {"template": (template, order), "order": (order, template),
+              "template x order": (np.char.add(np.char.add(template, " "), order), None)}
+align = pd.DataFrame([dict(level=level, labelling=name,
+                           **cl.label_alignment(D[level], Z[level], lab, n_perm=N_PERM, seed=SEED, strata=strata))
+                      for level in D for name, (lab, strata) in LABELLINGS.items()]).set_index(["level", "labelling"])
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+for ax, col, what in zip(axes, ["ari", "gap"], ["ARI of the k-cluster cut vs the labels",
+                                                 "between-label - within-label mean distance"]):
+    sns.barplot(data=align.reset_index(), x="labelling", y=col, hue="level", ax=ax)
+    ax.set_title(what, fontsize=9)
+    ax.set_xlabel("")
+    ax.set_ylabel(col.upper() if col == "ari" else "distance gap")
+    ax.axhline(0, color="0.3", lw=1)
+    for bars, level in zip(ax.containers, D):
+        ax.bar_label(bars, labels=[f"p={align.loc[(level, lab), 'p_' + col]:.3f}" for lab in LABELLINGS], fontsize=7)
+axes[1].get_legend().remove()
+fig.suptitle(f"Which labelling do the circuits follow? {MODEL}, {len(prompts)} prompts "
+             f"(p: {N_PERM} seeded shuffles)", y=1.03)
+plotting.savefig(fig, "accpp/05_ioi_alignment", profile=PROFILE)
+align.round(3)
+
+# %% [markdown]
+# ## 5. Checks and recorded values
+# Measured at `cpu` (30 prompts of SmolLM2-135M, seed 0): on component sets template and order both
+# separate the distances (between - within 0.048 and 0.057, both p = 0.001, the smallest value 999
+# shuffles can give), but the average-linkage clusters follow the template (5-cluster cut: ARI 0.19,
+# p = 0.001) and not the order (2-cluster cut: ARI -0.03, p = 1.0); signal sets give the same picture
+# with a larger template ARI (0.30). So here the clusters split by wording, like the paper's Pythia,
+# not by ABBA/BABA as in its GPT-2; the effect is real but the clusters are far from pure.
+#
+# Thresholds chosen after measuring: on component sets the
+# template labelling must explain the distances (within-template mean distance < between-template,
+# permutation p < 0.01, template shuffled within order) and the template cut must beat chance
+# (ARI > 0 with p < 0.05). These asserts hold the measured `cpu` result in place (at `paper` another
+# model may split by order, as GPT-2 does in the paper, so there they are not asserted). The recorded
+# check is the claim as the paper states it, "circuits cluster by template": the labelling whose
+# k-cut agrees best with the clusters (template or order, by ARI) passes both tests. The value is
+# that ARI; the note gives both labellings' ARIs, p-values and distances, and the signal-set result.
+# A small ARI with a small p means the structure is real but the clusters are far from pure.
+
+# %%
+a = align.loc["components"]
+best = "template" if a.loc["template", "ari"] >= a.loc["order", "ari"] else "order"
+passes = {lab: bool(a.loc[lab, "within"] < a.loc[lab, "between"] and a.loc[lab, "p_gap"] < 0.01
+                    and a.loc[lab, "ari"] > 0 and a.loc[lab, "p_ari"] < 0.05) for lab in ("template", "order")}
+runtime_s = time.perf_counter() - t_start
+config = dict(model=MODEL, templates=TEMPLATES, per_cell=PER_CELL, drawn_per_cell=DRAWN, n_traced=len(prompts),
+              n_perm=N_PERM, distance="Jaccard on component sets (heads + MLPs)", linkage="average")
+assert len(prompts) >= 0.9 * len(TEMPLATES) * 2 * PER_CELL, len(prompts)
+assert all(len(s) > 0 for s in comp), "an empty circuit"
+assert np.allclose(D["components"], D["components"].T) and np.all(np.diag(D["components"]) == 0)
+if PROFILE == "cpu":  # the measured cpu result, held in place (at paper scale the check below is recorded as is)
+    assert a.loc["template", "within"] < a.loc["template", "between"] and a.loc["template", "p_gap"] < 0.01, a
+    assert a.loc["template", "ari"] > 0 and a.loc["template", "p_ari"] < 0.05, a
+
+
+def _desc(level, lab):
+    r = align.loc[(level, lab)]
+    return (f"{lab}: ARI {r['ari']:.3f} (p={r['p_ari']:.3f}), NMI {r['nmi']:.3f}, within {r['within']:.3f} vs "
+            f"between {r['between']:.3f} (p={r['p_gap']:.3f})")
+
+
+claims.record("accpp/ioi-template-clusters", float(a.loc[best, "ari"]),
+              unit=f"ARI of the average-linkage cut vs the {best} labels (component Jaccard)",
+              profile=PROFILE, seed=SEED, config=config, check=passes[best],
+              note=f"{MODEL}, {len(prompts)} prompts ({len(TEMPLATES)} templates x ABBA/BABA); clusters follow "
+                   f"{best} (higher ARI). Components: {_desc('components', 'template')}; "
+                   f"{_desc('components', 'order')}; template x order ARI "
+                   f"{align.loc[('components', 'template x order'), 'ari']:.3f}. Signals: "
+                   f"{_desc('signals', 'template')}; {_desc('signals', 'order')}. p: {N_PERM} seeded shuffles "
+                   f"(template within order, order within template).")
+print(f"best labelling {best}; passes {passes}; notebook {runtime_s:.0f} s")
+print(align.round(3).to_dict("index"))

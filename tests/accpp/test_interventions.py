@@ -1,0 +1,239 @@
+"""Signal interventions (accpp.interventions) on tiny random float64 models.
+
+The identities hold exactly in real arithmetic; under ``float64_exact`` they hold to ~1e-13,
+and we assert 1e-9 (as in test_exactness.py).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from accpp.arch import UnsupportedArchitecture
+from accpp.decompose import KIND_HEAD, KIND_MLP, _get
+from accpp.interventions import Intervener, NotASignalEdge, SignalSpec, random_subspace
+from accpp.signals import Firing
+from accpp.testing import float64_exact, random_prompt, tiny_model
+from accpp.trace import TraceConfig, Tracer
+
+TOL = 1e-9
+CORRECT, WRONG = 7, 11
+
+
+def _tracer(family: str, seed: int = 0) -> Tracer:
+    return Tracer(tiny_model(family, seed=seed), config=TraceConfig(expand_layer0=True))
+
+
+@pytest.fixture(scope="module")
+def llama(exact):
+    tracer = _tracer("llama")
+    ids = random_prompt(11)
+    return tracer, ids, Intervener(tracer, ids, CORRECT, WRONG)
+
+
+def _firing(iv: Intervener, L: int, a: int, d: int) -> Firing:
+    return Firing(L, a, d, int(iv.clean.attn[L, a, d, : d + 1].argmax()))
+
+
+def _component(iv: Intervener, L: int, t: int, label) -> torch.Tensor:
+    vecs, labels = iv.dec.components(L, t)
+    lab = torch.tensor(label)
+    hit = [i for i in range(labels.shape[0]) if labels[i, 0] == lab[0] and labels[i, 1] == lab[1]
+           and labels[i, 2] == lab[2] and (lab[0] != KIND_HEAD or labels[i, 3] == lab[3])]
+    assert len(hit) == 1
+    return vecs[hit[0]]
+
+
+def _manual_run(iv: Intervener, L: int, proj: str, sl: slice, row: int, dvec: torch.Tensor):
+    """Forward pass with ``dvec`` subtracted from out[0, row, sl] of layer L's q_proj/k_proj."""
+    attn = getattr(_get(iv.model, iv.arch.layers_path)[L], iv.arch.attn_name)
+
+    def hook(mod, args, out):
+        out = out.clone()
+        out[0, row, sl] -= dvec.to(out.dtype)
+        return out
+
+    h = getattr(attn, proj).register_forward_hook(hook)
+    try:
+        with torch.no_grad():
+            out = iv.model(iv.ids[None])
+    finally:
+        h.remove()
+    logits = out.logits[0, -1]
+    return float(logits[CORRECT] - logits[WRONG])
+
+
+@pytest.mark.parametrize("label", [(KIND_HEAD, 1, 0, 3), (KIND_MLP, 0, -1, -1)])
+def test_full_query_subspace_equals_removing_the_component(llama, label):
+    """All dh singular directions of one component at head a's query = that component removed from
+    head a's normalised query input (computed by hand: (c / sigma_d) diag(g) W_Q[a], no SVD)."""
+    tracer, ids, iv = llama
+    L, a, d = 2, 1, iv.T - 1
+    f = _firing(iv, L, a, d)
+    dh = iv.arch.d_head
+    spec = SignalSpec(f.layer, f.head, f.dest, f.src, "d", label[0], label[1], label[2], label[3], d, (0,))
+    res = iv.remove(spec, "custom", sing=range(dh))
+    lw = iv.arch.layers[L]
+    c = _component(iv, L, d, label)
+    dq = (c / iv.dec.sigma[L, d]) @ lw.wq_eff(a)  # (dh,) pre-rotation query change of head a only
+    manual = _manual_run(iv, L, "q_proj", slice(a * dh, (a + 1) * dh), d, dq)
+    assert abs(res.metric_after - manual) < TOL * max(1.0, abs(manual))
+    assert abs(res.metric_after - res.metric_before) > 1e-6  # the intervention did something
+    # and head a's pattern is the one of the hand-made model
+    attn = getattr(_get(iv.model, iv.arch.layers_path)[L], iv.arch.attn_name)
+    seen = {}
+    h1 = attn.register_forward_hook(lambda m, i, o: seen.__setitem__("w", o[1][0, a].clone()))
+    h2 = attn.q_proj.register_forward_hook(lambda m, i, o: o - torch.nn.functional.pad(
+        dq, (a * dh, o.shape[-1] - (a + 1) * dh))[None, None] * (torch.arange(o.shape[1]) == d)[None, :, None])
+    try:
+        with torch.no_grad():
+            iv.model(iv.ids[None])
+    finally:
+        h1.remove()
+        h2.remove()
+    out, patch = iv.apply(spec, iv.head_delta(spec, range(dh)))
+    assert torch.allclose(patch.pattern, seen["w"], atol=TOL, rtol=0)
+
+
+def test_full_key_subspace_equals_removing_the_component(llama):
+    """Key side: head a's pattern equals the one with the component removed from its key input at j."""
+    tracer, ids, iv = llama
+    L, a, d, j = 2, 3, iv.T - 1, 4
+    f = _firing(iv, L, a, d)
+    label = (KIND_HEAD, 1, 2, 1)
+    dh, lw = iv.arch.d_head, iv.arch.layers[L]
+    kv = lw.kv_of(a)
+    spec = SignalSpec(f.layer, f.head, f.dest, f.src, "s", *label, j, (0,))
+    _, patch = iv.apply(spec, iv.head_delta(spec, range(dh)))
+    dk = (_component(iv, L, j, label) / iv.dec.sigma[L, j]) @ lw.wk_eff(kv)
+    attn = getattr(_get(iv.model, iv.arch.layers_path)[L], iv.arch.attn_name)
+    seen = {}
+    h1 = attn.register_forward_hook(lambda m, i, o: seen.__setitem__("w", o[1][0, a].clone()))
+    try:
+        _manual_run(iv, L, "k_proj", slice(kv * dh, (kv + 1) * dh), j, dk)  # shared kv head: compare head a only
+    finally:
+        h1.remove()
+    assert torch.allclose(patch.pattern, seen["w"], atol=TOL, rtol=0)
+    assert (patch.pattern - iv.clean.attn[L, a]).abs().max() > 1e-6
+
+
+def test_query_intervention_changes_only_that_head(exact):
+    tracer = _tracer("llama")
+    iv = Intervener(tracer, random_prompt(11), CORRECT, WRONG, replay=False)  # recompute every layer
+    L, a, d = 1, 2, 7
+    f = _firing(iv, L, a, d)
+    spec = SignalSpec(f.layer, f.head, f.dest, f.src, "d", KIND_HEAD, 0, 1, 3, d, (0, 1))
+    out, _ = iv.apply(spec, iv.head_delta(spec, range(iv.arch.d_head)))
+    diff = (out.attn - iv.clean.attn).abs()
+    assert float(diff[:L].max()) < 1e-12  # layers below
+    others = [h for h in range(iv.arch.n_heads) if h != a]
+    assert float(diff[L, others].max()) < 1e-12  # the other heads of the layer (incl. its kv group)
+    rows = [t for t in range(iv.T) if t != d]
+    assert float(diff[L, a, rows].max()) < 1e-12  # head a: only the destination's row
+    assert float(diff[L, a, d].max()) > 1e-6
+    assert float(diff[L + 1:].max()) > 1e-9  # later layers read the changed output
+
+
+def test_replay_gives_the_same_result(llama):
+    tracer, ids, iv = llama
+    full = Intervener(tracer, ids, CORRECT, WRONG, replay=False)
+    f = _firing(iv, 2, 0, 8)
+    spec = SignalSpec(f.layer, f.head, f.dest, f.src, "s", KIND_MLP, 1, -1, -1, 5, (2, 3))
+    r1, r2 = iv.remove(spec), full.remove(spec)
+    assert r1.metric_after == pytest.approx(r2.metric_after, abs=1e-12)
+    assert r1.final_resid_cos == pytest.approx(r2.final_resid_cos, abs=1e-12)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3_text", "gemma2"])
+def test_signal_removal_reproduces_the_traced_drop(exact, family):
+    """A_ds after removing a signal edge in the model = A_ds - edge.drop from the tracer."""
+    tracer = _tracer(family, seed=1)
+    iv = Intervener(tracer, random_prompt(11, seed=2), CORRECT, WRONG)
+    n = 0
+    for L, a, d in [(2, 1, 10), (1, 3, 9), (2, 0, 6)]:
+        res = iv.solver.solve(_firing(iv, L, a, d))
+        for e in res.edges[:5]:
+            spec = SignalSpec.from_edge(res.firing, e)
+            r = iv.remove(spec)
+            assert r.attn_before == pytest.approx(res.A, abs=1e-12)
+            assert abs(r.attn_after - (res.A - e.drop)) < TOL, (family, spec.describe())
+            assert 0 < r.head_input_cos <= 1 + 1e-12 and 0 < r.final_resid_cos <= 1 + 1e-12
+            n += 1
+    assert n >= 6
+
+
+def test_every_circuit_edge_round_trips(exact):
+    """Specs built from a traced circuit's graph (including nodes first created as seeds)."""
+    tracer = _tracer("llama", seed=3)
+    ids = random_prompt(12, seed=5)
+    circuit = tracer.trace(ids, CORRECT, WRONG)
+    iv = Intervener(tracer, ids, CORRECT, WRONG)
+    g, n = circuit.graph, 0
+    for u, v, k, data in g.edges(keys=True, data=True):
+        if data["side"] == "seed":
+            with pytest.raises(NotASignalEdge, match="only signal edges"):
+                SignalSpec.from_graph(g, u, v, k)
+            continue
+        spec = SignalSpec.from_graph(g, u, v, k)
+        r = iv.remove(spec)
+        assert abs(r.attn_after - (r.attn_before - data["drop"])) < TOL, spec.describe()
+        n += 1
+    assert n > 0
+
+
+def test_random_subspace_is_seeded_and_disjoint():
+    sing = (3, 7, 8)
+    draws = [random_subspace(sing, 16, seed) for seed in range(20)]
+    assert random_subspace(sing, 16, 5) == draws[5]
+    assert len(set(draws)) > 10
+    for r in draws:
+        assert len(r) == len(sing) and len(set(r)) == len(r)
+        assert not set(r) & set(sing) and all(0 <= k < 16 for k in r)
+    assert set().union(*draws) == set(range(16)) - set(sing)
+    with pytest.raises(ValueError, match="no disjoint random subspace"):
+        random_subspace(range(9), 16, 0)
+    with pytest.raises(ValueError, match="outside"):
+        random_subspace((16,), 16, 0)
+
+
+def test_random_removal_uses_the_drawn_directions(llama):
+    tracer, ids, iv = llama
+    f = _firing(iv, 2, 1, 9)
+    spec = SignalSpec(f.layer, f.head, f.dest, f.src, "d", KIND_MLP, 1, -1, -1, 9, (0, 4))
+    r = iv.remove(spec, "random", seed=4)
+    assert r.sing_removed == random_subspace(spec.sing, iv.arch.d_head, 4)
+    assert iv.remove(spec, "random", seed=4).metric_after == r.metric_after
+
+
+def test_bad_input_raises_clear_errors(llama):
+    tracer, ids, iv = llama
+    f = _firing(iv, 2, 1, 9)
+    good = SignalSpec(f.layer, f.head, f.dest, f.src, "d", KIND_MLP, 1, -1, -1, 9, (0,))
+    iv.remove(good)
+    bad = dict(good.__dict__)
+    with pytest.raises(ValueError, match="unknown side 'q'"):
+        iv.remove(SignalSpec(**(bad | dict(side="q"))))
+    with pytest.raises(NotASignalEdge, match="destination token"):
+        iv.remove(SignalSpec(**(bad | dict(token=4))))  # query side signal away from d
+    with pytest.raises(NotASignalEdge, match="no component mlp"):
+        iv.remove(SignalSpec(**(bad | dict(comp_layer=2))))  # an MLP at or above the firing's layer
+    with pytest.raises(NotASignalEdge, match="no component head"):
+        iv.remove(SignalSpec(**(bad | dict(kind=KIND_HEAD, comp_layer=0, comp_head=0, comp_src=10))))  # src > token
+    with pytest.raises(ValueError, match="singular indices"):
+        iv.remove(good.with_sing((iv.arch.d_head,)))
+    with pytest.raises(ValueError, match="singular indices"):
+        iv.remove(good.with_sing(()))
+    with pytest.raises(ValueError, match="not a visible pair"):
+        iv.remove(SignalSpec(**(bad | dict(src=10))))
+    with pytest.raises(ValueError, match="unknown subspace"):
+        iv.remove(good, "orthogonal")
+    with pytest.raises(ValueError, match="needs a seed"):
+        iv.remove(good, "random")
+    with pytest.raises(NotASignalEdge, match="SignalEdge"):
+        SignalSpec.from_edge(f, {"side": "d"})
+
+
+def test_unsupported_architecture_is_refused():
+    with float64_exact():
+        tracer = _tracer("gpt2")
+        with pytest.raises(UnsupportedArchitecture, match="llama-like.*'gpt2'"):
+            Intervener(tracer, random_prompt(8), CORRECT, WRONG)
