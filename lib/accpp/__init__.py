@@ -10,13 +10,20 @@ Public API (import the modules; nothing runs at import time):
 - ``accpp.signals``: ``FiringSolver.solve(Firing)`` (candidates, IG, greedy -> signal edges),
   ``ig_direction``, ``greedy``, ``tau_for``, ``firing_exactness``.
 - ``accpp.trace``: ``Tracer(model, tok, name).trace(ids, correct, wrong)`` -> ``Circuit``
-  (networkx MultiDiGraph + metadata); ``accpp.graph`` saves/loads JSON and summarises.
+  (networkx MultiDiGraph + metadata); ``correct``/``wrong`` are token ids or sets of them;
+  ``accpp.graph`` saves/loads JSON and summarises.
 - ``accpp.acc.acc_trace``: the ACC baseline (70% of the linear score, no IG/greedy).
 - ``accpp.datasets``: IOI prompts (mixed / balanced sets, single-token names) and metrics.
 - ``accpp.roles``: IOI roles of a circuit's firings; the published GPT-2 circuit by role.
 - ``accpp.ioi``: glue (trace a prompt, exactness over a circuit, one-row summaries).
 - ``accpp.multilingual``: our IOI templates for en/es/fr/pt, position-free component/signal sets,
   Jaccard distances between languages, average linkage.
+- ``accpp.greater_than``: Greater-Than prompts (years as digits or two-digit tokens), the exact
+  end-year distribution, tracing targets, year heads, seed shares, head knock-outs.
+- ``accpp.interventions``: remove a traced signal (or a random same-rank subspace) at one head's
+  query or key input inside the real forward pass; metric, attention and residual-cosine effects.
+- ``accpp.clustering``: Jaccard distance matrices of circuits, average linkage (scipy), ARI / NMI
+  (scikit-learn), permutation tests, dendrogram and heatmap figures.
 - ``accpp.figures``: layered circuit drawing, signal-rank histogram.
 - ``accpp.testing``: tiny random float64 models of every supported family.
 """

@@ -5,4 +5,8 @@
     protot.models     ProtoT + LLaMA / DeltaNet / Mamba baselines; build_model, count_parameters
     protot.intervene  mask / reinitialise / clamp one prototype (context managers)
     protot.bench      timing helpers shared by the derivation notebook and benchmarks/bench_mixer.py
+    protot.concepts   what each prototype writes and reads (concept labels)
+    protot.robustness meaning-preserving edits, next-token Jensen-Shannon divergence, routing change
+    protot.throughput training and decoding throughput against context length
+    protot.train      tokenizer, packing, trainer, checkpoints, evaluation, pretrained models
 """
