@@ -210,6 +210,13 @@ plotting.savefig(fig, "accpp/02_greater_than_year_heads", profile=PROFILE)
 # there and necessary, but most of their effect runs through the late MLPs, which the paper's
 # tracing rule does not expand: a per-prompt circuit that ends at an MLP seed is incomplete in a
 # predictable way, and the fraction recorded below measures that, not the heads' importance.
+#
+# At the `paper` profile (Gemma-3-270M, 256 behaviour and 64 traced prompts, run on a CPU) the picture
+# is the same for the MLPs (0.80 of the seed attribution, 0.99 of that from the last third) and a
+# quarter of the circuits contain a year head (three heads, among the 17% attending most to YY),
+# but the knock-out does not single them out: removing them halves the probability difference
+# (0.76 -> 0.36), while some random three-head sets remove even more (up to 1.5; p = 0.19 over 99
+# sets), so that part of the check, and with it the claim, is recorded as not holding there.
 
 # %% [markdown]
 # ## 5. Checks at this scale, and the claims ledger
@@ -219,7 +226,9 @@ plotting.savefig(fig, "accpp/02_greater_than_year_heads", profile=PROFILE)
 # * year heads: at least one traced circuit has a head firing from the answer position onto YY,
 #   and knocking out the traced year heads lowers the units probability difference more than
 #   every one of the random head sets of the same size.
-# The recorded value is the fraction of traced circuits with at least one year head.
+# The recorded value is the fraction of traced circuits with at least one year head; the recorded
+# check is all of the above. At `cpu` the checks are also asserted (they hold there, and the asserts
+# keep that result in place); at `paper` the verdict is recorded as it comes.
 
 # %%
 frac_year = float((table["n_year_heads"] > 0).mean())
@@ -240,4 +249,5 @@ claims.record("accpp/greater-than-circuit", frac_year, unit="fraction of circuit
 print(dict(prob_diff=behaviour["prob_diff"], frac_year=frac_year, mlp_share=mlp_share, late_mlp_share=late_mlp_share,
            year_drop=year_drop, random_drop_max=float(random_drops.max()), holds=bool(holds),
            rank1=sum(r == 1 for r in ranks) / max(len(ranks), 1)))
-assert holds, {k: bool(v) for k, v in checks.items()}
+if PROFILE == "cpu":  # the measured cpu result, held in place; at `paper` the verdict is recorded as it comes
+    assert holds, {k: bool(v) for k, v in checks.items()}
