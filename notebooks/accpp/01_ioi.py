@@ -143,14 +143,16 @@ acc_table
 
 # %% [markdown]
 # ## 6. Checks and recorded values
+# Asserted at every profile: the model does IOI (accuracy > 0.8) and the method's invariants (candidates
+# exact in float64, the rebuilt softmax equal to the model's). The claims' checks are recorded; at `cpu`
+# they are also asserted, which keeps the measured result in place; at `paper` (another model, more
+# prompts) the verdicts are recorded as they come.
 
 # %%
 config = dict(model=MODEL, n_behaviour=N_BEHAVIOUR, n_traced=len(circuits))
-assert metrics.accuracy > 0.8, metrics.accuracy
-assert max_rel_err < 1e-8, max_rel_err
+assert metrics.accuracy > 0.8, metrics.accuracy  # the model does the task: a precondition, at every profile
+assert max_rel_err < 1e-8, max_rel_err  # method invariants, at every profile
 assert vs_model < 1e-4 and float(exact["softmax_vs_model"].max()) < 1e-4  # float32 model vs float64 rebuild
-assert rank1 > 0.5, rank1
-assert n_roles >= 3, merged
 claims.record("accpp/candidates-exact", max_rel_err, profile=PROFILE, seed=SEED, config=config,
               check=max_rel_err < 1e-8,
               note=f"over {int(exact['firings'].sum())} traced firings of {MODEL}, float64; vs the score row "
@@ -159,9 +161,12 @@ claims.record("accpp/signals-rank1", rank1, profile=PROFILE, seed=SEED, config=c
               note=f"{len(ranks)} signal edges, {len(circuits)} IOI prompts, {MODEL}")
 claims.record("accpp/ioi-circuit-roles", n_roles, profile=PROFILE, seed=SEED, config=config, check=None,
               note=f"union over {len(circuits)} prompts of {MODEL}; per prompt {per_prompt_roles}; roles from firing token pairs")
-assert ratio > 1, acc_table
 claims.record("accpp/smaller-than-acc", ratio, profile=PROFILE, seed=SEED, config=config | dict(n_acc=len(acc_rows)),
               check=ratio >= 2 if PROFILE == "paper" else None,
-              note=f"mean ACC/ACC++ node ratio over {len(acc_rows)} IOI prompts of {MODEL}: "
+              note=f"mean ACC/ACC++ node ratio over {len(acc_rows)} IOI prompts of {MODEL} (paper: 2-10x): "
                    f"{[round(r, 2) for r in acc_table['ratio']]}")
 print(behaviour.round(3).to_dict(), dict(rank1=rank1, n_roles=n_roles, max_rel_err=max_rel_err, acc_ratio=ratio))
+if PROFILE == "cpu":  # the measured cpu results, held in place; at `paper` the verdicts are recorded as they come
+    assert rank1 > 0.5, rank1
+    assert n_roles >= 3, merged
+    assert ratio > 1, acc_table
