@@ -118,7 +118,8 @@ summary = df.groupby("subspace").agg(
 ).T
 # per edge: does the signal move the metric more than every one of its random draws?
 rand_max = df[df["subspace"] == "random"].groupby("edge")["abs_ld_change"].max()
-beats_all = float((sig.set_index("edge")["abs_ld_change"] > rand_max).mean())
+sig_abs = sig.set_index("edge")["abs_ld_change"]
+beats_all = float((sig_abs > rand_max.reindex(sig_abs.index)).mean())  # aligned by edge id, not by order
 ld_ratio = summary.loc["median_abs_ld_change", "signal"] / summary.loc["median_abs_ld_change", "random"]
 cos_med = float(summary.loc["median_final_resid_cos", "signal"])
 cos_min = float(summary.loc["min_final_resid_cos", "signal"])
