@@ -1,15 +1,14 @@
 """Every notebook: paired, headed by its claim, parametrised, and executed by papermill at the
-cpu profile, recording every claim that claims.yaml assigns to it."""
+cpu profile into a temporary run folder, recording every claim that claims.yaml assigns to it
+and changing no tracked file of the repository."""
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import jupytext
 import pytest
 
-from compendium import claims, paths, runner
+from compendium import claims, paths, provenance, runner
 
 NOTEBOOKS = runner.list_notebooks()
 
@@ -44,7 +43,8 @@ def test_header_and_parameters(name):
     assert {"PROFILE", "SEED", "DEVICE"} <= names
     assert 'PROFILE = "cpu"' in params[0].source
     body = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    assert "profiles.check(PROFILE)" in body, "the notebook validates its profile"
+    assert "notebook.start(" in body or "profiles.check(PROFILE)" in body, \
+        "the notebook checks its parameters (compendium.notebook.start)"
     owned = [c for p in claims.paper_ids() for c in claims.load_paper(p).claims.values() if c.notebook == name]
     for c in owned:
         assert f'"{c.key}"' in body, f"{name} owns {c.key} in claims.yaml but never records it"
@@ -54,13 +54,21 @@ def test_header_and_parameters(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_executes_at_cpu_profile(name, tmp_path, monkeypatch):
-    results = tmp_path / "results"
-    monkeypatch.setenv("COMPENDIUM_RESULTS", str(results))
+    run = tmp_path / "run"
+    monkeypatch.setenv("COMPENDIUM_RUN_DIR", str(run))
+    tracked_before = provenance.changed_tracked_files()
     res = runner.run_notebook(name, profile="cpu", seed=0, output_dir=tmp_path / "out", progress=False)
-    assert res.output.exists()
+    assert res.output.exists() and res.run_dir == run.resolve()
+    assert json.loads((run / "status.json").read_text())["notebooks"][name]["status"] == "completed"
+    # a notebook writes only into its run folder: no tracked file of the repository changed
+    # (compares the content of every tracked file that differs from HEAD, before and after)
+    tracked_after = provenance.changed_tracked_files()
+    changed = sorted(k for k in tracked_before.keys() | tracked_after.keys() if tracked_before.get(k) != tracked_after.get(k))
+    assert not changed, f"tracked files changed while {name} ran (by the notebook, or by an edit made meanwhile): {changed}"
     owned = [c for p in claims.paper_ids() for c in claims.load_paper(p).claims.values() if c.notebook == name]
     for c in owned:
-        path = results / c.paper / f"{c.id}.cpu.json"
+        path = run / "results" / c.paper / f"{c.id}.cpu.json"
         assert path.exists(), f"{name} did not record {c.key}"
         entry = json.loads(path.read_text())
         assert entry["profile"] == "cpu" and entry["value"] is not None
+        assert entry["verdict"] in claims.VERDICTS

@@ -1,11 +1,17 @@
-"""Command line of the compendium: ``compendium run|list|claims`` (also ``python -m compendium``)."""
+"""Command line of the compendium: ``compendium run|publish|list|claims`` (also ``python -m compendium``).
+
+``compendium run`` executes notebooks into a new run folder ``build/runs/<UTC time>-<profile>-s<seed>/``
+and never writes into ``papers/``; ``compendium run --publish`` (what ``make all`` calls) then
+copies the completed notebooks' results and figures into ``papers/`` and rebuilds the claims tables.
+"""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 
-from compendium import claims, profiles, runner
+from compendium import claims, paths, profiles, runner, runs
 
 
 def _parse_param(text: str) -> tuple[str, object]:
@@ -26,25 +32,55 @@ def _profile(text: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def _device(text: str) -> str:
+    try:
+        return profiles.check_device(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _summary(todo: list[str], run_dir: Path) -> tuple[str, int]:
+    status = runs.read_status(run_dir)
+    lines = [f"summary of run {paths.display(run_dir)}:"]
+    n_failed = 0
+    for name in todo:
+        e = status.get(name, {"status": runs.NOT_RUN})
+        st = e.get("status", "?")
+        n_failed += st != runs.COMPLETED
+        secs = f"{e['seconds']:.0f} s" if e.get("seconds") is not None else ""
+        lines.append(f"  {st:10s} {name:36s} {secs}")
+        if st == runs.FAILED and e.get("error"):
+            lines.append("             " + e["error"].splitlines()[0])
+    done = sum(status.get(n, {}).get("status") == runs.COMPLETED for n in todo)
+    lines.append(f"{done} of {len(todo)} notebook(s) completed")
+    return "\n".join(lines), n_failed
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="compendium", description=__doc__)
+    parser = argparse.ArgumentParser(prog="compendium", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
 
-    p_run = sub.add_parser("run", help="execute notebooks with papermill (default: all of them)")
+    p_run = sub.add_parser("run", help="execute notebooks with papermill into a run folder (default: all of them)")
     p_run.add_argument("names", nargs="*", help="notebook names (e.g. 00_tour, accpp/01_ioi, or a unique part)")
     p_run.add_argument("--profile", type=_profile, default=profiles.DEFAULT, help=f"one of {', '.join(profiles.PROFILES)}")
     p_run.add_argument("--seed", type=int, default=0)
-    p_run.add_argument("--device", default="cpu", help="cpu or cuda")
+    p_run.add_argument("--device", type=_device, default="cpu", help="cpu, cuda or cuda:N")
     p_run.add_argument("-p", "--param", type=_parse_param, action="append", default=[],
-                       help="extra notebook parameter NAME=VALUE (VALUE parsed as JSON when it can be)")
-    p_run.add_argument("--output", default=None, help="folder for executed notebooks (default build/notebooks)")
+                       help="another parameter of the notebook's parameters cell, NAME=VALUE (VALUE parsed as "
+                            "JSON when it can be); PROFILE, SEED and DEVICE are set with their own options")
+    p_run.add_argument("--output", default=None, help="folder for the executed notebooks (default <run>/notebooks)")
     p_run.add_argument("--keep-going", action="store_true", help="run the rest after a failure")
-    p_run.add_argument("--no-claims", action="store_true", help="do not rebuild the claims tables afterwards")
-    p_run.add_argument("--publish-figures", action="store_true",
-                       help="copy the run's figures into papers/<paper>/figures/ (the main job does)")
+    p_run.add_argument("--publish", action="store_true",
+                       help="afterwards copy the completed notebooks' results and figures into papers/ and "
+                            "rebuild papers/*/CLAIMS.md (make all does)")
+    p_run.add_argument("--publish-figures", dest="publish", action="store_true", help=argparse.SUPPRESS)
+    p_run.add_argument("--no-claims", action="store_true", help=argparse.SUPPRESS)  # obsolete, accepted
 
+    p_pub = sub.add_parser("publish", help="publish an existing run folder (as run --publish does)")
+    p_pub.add_argument("run_dir", help="a run folder, e.g. build/runs/20261130T081244Z-paper-s0")
     sub.add_parser("list", help="list the notebooks")
-    sub.add_parser("claims", help="rebuild papers/*/CLAIMS.md from the recorded values")
+    sub.add_parser("claims", help="rebuild papers/*/CLAIMS.md from the published results")
 
     args = parser.parse_args(argv)
     if args.cmd == "list":
@@ -53,33 +89,42 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "claims":
         for path in claims.write_tables():
-            print(f"wrote {path}")
+            print(f"wrote {paths.display(path)}")
+        return 0
+    if args.cmd == "publish":
+        from compendium import publish
+
+        print(publish.publish(Path(args.run_dir)).summary())
         return 0
 
+    parameters = dict(args.param)
     try:
-        names = [runner.resolve(n) for n in args.names]
+        todo = [runner.resolve(n) for n in args.names] or runner.list_notebooks()
+        runner.check_parameters(todo, parameters)
     except ValueError as err:
         parser.error(str(err))
-    from pathlib import Path
+    run_dir = runs.create(args.profile, args.seed, device=args.device, parameters=parameters, notebooks=todo,
+                          command=["compendium", *(sys.argv[1:] if argv is None else argv)])
+    print(f"running {len(todo)} notebook(s) at profile '{args.profile}', seed {args.seed}, device {args.device}\n"
+          f"run folder: {paths.display(run_dir)}", flush=True)
+    interrupted = False
+    try:
+        runner.run_many(todo, keep_going=args.keep_going, run_dir=run_dir, profile=args.profile, seed=args.seed,
+                        device=args.device, parameters=parameters,
+                        output_dir=Path(args.output) if args.output else None)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        text, n_failed = _summary(todo, run_dir)
+        print(text, flush=True)
+    if interrupted:
+        print("interrupted: nothing published", file=sys.stderr)
+        return 130
+    if args.publish:
+        from compendium import publish
 
-    print(f"running {len(names) or len(runner.list_notebooks())} notebook(s) at profile '{args.profile}', "
-          f"seed {args.seed}, device {args.device}")
-    done, failed = runner.run_many(
-        names or None, keep_going=args.keep_going, profile=args.profile, seed=args.seed, device=args.device,
-        parameters=dict(args.param), output_dir=Path(args.output) if args.output else None,
-    )
-    if args.publish_figures:
-        from compendium import plotting
-
-        copied = plotting.publish(claims.paper_ids())
-        print(f"copied {len(copied)} figure(s) into papers/<paper>/figures/")
-    if not args.no_claims:
-        for path in claims.write_tables():
-            print(f"wrote {path}")
-    print(f"{len(done)} notebook(s) ran, {len(failed)} failed")
-    for err in failed:
-        print(f"  {err}", file=sys.stderr)
-    return 1 if failed else 0
+        print(publish.publish(run_dir).summary())
+    return 1 if n_failed else 0
 
 
 if __name__ == "__main__":

@@ -1,12 +1,17 @@
 """Where things live. Every location can be moved with an environment variable.
 
-| what                      | default                      | variable                 |
-|---------------------------|------------------------------|--------------------------|
-| the repository root       | found from this file         | COMPENDIUM_ROOT          |
-| offline data              | <root>/data                  | COMPENDIUM_DATA          |
-| caches (models, SVDs, ...)| <root>/.cache                | COMPENDIUM_CACHE         |
-| run outputs (executed notebooks, figures) | <root>/build | COMPENDIUM_OUTPUT        |
-| recorded claim values     | <root>/papers/<paper>/results| COMPENDIUM_RESULTS       |
+| what                                   | default                                  | variable            |
+|----------------------------------------|------------------------------------------|---------------------|
+| the repository root                    | found from this file                     | COMPENDIUM_ROOT     |
+| offline data                           | <root>/data                              | COMPENDIUM_DATA     |
+| caches (models, SVDs, ...)             | <root>/.cache                            | COMPENDIUM_CACHE    |
+| build outputs (run folders, figures)   | <root>/build                             | COMPENDIUM_OUTPUT   |
+| the current run folder                 | made by the runner, or build/runs/interactive-<time> | COMPENDIUM_RUN_DIR |
+
+Notebooks write only into their run folder (``compendium.runs``): results under
+``<run>/results/<paper>/``, figures and their data under ``<run>/figures/<paper>/``.
+``papers/<paper>/results``, ``papers/<paper>/figures`` and ``papers/<paper>/CLAIMS.md`` are written
+by one thing only: ``compendium run --publish`` (``make all``), see ``compendium.publish``.
 """
 from __future__ import annotations
 
@@ -53,7 +58,15 @@ def output_dir() -> Path:
 
 
 def figures_dir() -> Path:
+    """``<output>/figures``: a mirror of the latest figure saved under each name, by any run."""
     path = output_dir() / "figures"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def runs_dir() -> Path:
+    """``<output>/runs``: one folder per ``compendium run`` invocation or interactive kernel."""
+    path = output_dir() / "runs"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -67,8 +80,20 @@ def papers_dir() -> Path:
 
 
 def results_dir(paper: str) -> Path:
-    """Folder of recorded claim values for one paper."""
-    base = os.environ.get("COMPENDIUM_RESULTS")
-    path = Path(base).resolve() / paper if base else papers_dir() / paper / "results"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """The published results of one paper, ``papers/<paper>/results`` (written only by publish)."""
+    return papers_dir() / paper / "results"
+
+
+def published_figures_dir(paper: str) -> Path:
+    """The published figures of one paper, ``papers/<paper>/figures`` (written only by publish)."""
+    return papers_dir() / paper / "figures"
+
+
+def display(path: str | os.PathLike) -> str:
+    """``path`` relative to the repository root when it lies inside it (what notebooks print and
+    store: outputs never carry the absolute layout of one machine); otherwise unchanged."""
+    path = Path(path)
+    try:
+        return path.resolve().relative_to(repo_root()).as_posix()
+    except ValueError:
+        return path.as_posix()

@@ -1,4 +1,4 @@
-"""Figures: one look for every notebook, saved as PNG under the output folder."""
+"""Figures: one look for every notebook, saved as PNG into the run folder (see :func:`savefig`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,40 +16,45 @@ def use_style() -> None:
                                 "axes.titleweight": "bold"})
 
 
-def savefig(fig, name: str, *, profile: str | None = None) -> Path:
-    """Save ``fig`` as ``<output>/figures/<name>.png`` (atomically) and return the path.
+class SavedFigure(str):
+    """The path of a saved figure, relative to the repository root (shown without quotes)."""
 
-    ``name`` may contain one folder, e.g. ``"protot/mixer_scaling"``. When ``profile`` is given
-    it is stamped in the lower right corner, so a figure never hides the scale it came from.
+    def __repr__(self) -> str:
+        return str(self)
+
+    @property
+    def path(self) -> Path:
+        p = Path(self)
+        return p if p.is_absolute() else paths.repo_root() / p
+
+
+def savefig(fig, name: str, *, profile: str | None = None) -> SavedFigure:
+    """Save ``fig`` as ``<run>/figures/<name>.png`` (atomically) and return its path relative to
+    the repository root.
+
+    ``name`` is ``"<paper>/<figure>"``, e.g. ``"protot/mixer_scaling"``; ``<run>`` is this run's
+    folder (:func:`compendium.runs.current`). A copy goes to ``build/figures/<name>.png``, which
+    always holds the latest figure of each name. ``compendium run --publish`` copies a completed
+    notebook's figures into ``papers/<paper>/figures/``. When ``profile`` is given it is stamped
+    in the lower right corner, so a figure never hides the scale it came from.
     """
-    if not name or name.startswith("/") or ".." in name.split("/"):
-        raise ValueError(f"figure names are relative like 'protot/mixer_scaling', got {name!r}")
+    import shutil
+
+    from compendium import runs
+
+    if not name or name.startswith("/") or ".." in name.split("/") or name.count("/") > 1:
+        raise ValueError(f"figure names look like '<paper>/<figure>', e.g. 'protot/mixer_scaling', got {name!r}")
     if profile is not None:
         fig.text(0.995, 0.005, f"profile: {profile}", ha="right", va="bottom", fontsize=8, color="0.4")
-    path = paths.figures_dir() / f"{name}.png"
+    path = runs.figures_dir(run=None) / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic.atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
-    return path
-
-
-def publish(papers: list[str]) -> list[Path]:
-    """Copy the figures of a run (``<output>/figures/<paper>/*.png``) into ``papers/<paper>/figures/``,
-    so that a reader of the repository sees the latest main run's figures without running anything."""
-    import shutil
-
-    copied = []
-    for paper in papers:
-        src = paths.figures_dir() / paper
-        if not src.is_dir():
-            continue
-        dest = paths.papers_dir() / paper / "figures"
-        dest.mkdir(parents=True, exist_ok=True)
-        for png in sorted(src.glob("*.png")):
-            with atomic.atomic_path(dest / png.name) as tmp:
-                shutil.copyfile(png, tmp)
-            copied.append(dest / png.name)
-    return copied
+    mirror = paths.figures_dir() / f"{name}.png"
+    mirror.parent.mkdir(parents=True, exist_ok=True)
+    with atomic.atomic_path(mirror) as tmp:
+        shutil.copyfile(path, tmp)
+    return SavedFigure(paths.display(path))
 
 
 def paper_line(ax, value: float, label: str = "paper", *, axis: str = "y", **kwargs) -> None:

@@ -32,3 +32,16 @@ def pick(profile: str, **values):
     if missing or extra:
         raise ValueError(f"pick() needs exactly the profiles {sorted(PROFILES)}; missing {sorted(missing)}, unknown {sorted(extra)}")
     return values[profile]
+
+
+def check_device(device: str) -> str:
+    """Return ``device`` if it is "cpu", "cuda" or "cuda:N", else raise ValueError.
+
+    Only the spelling is checked here; :func:`compendium.notebook.start` also checks that a
+    requested GPU exists.
+    """
+    import re
+
+    if isinstance(device, str) and re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        return device
+    raise ValueError(f"unknown device {device!r}; use 'cpu', 'cuda' or 'cuda:N' (N a GPU index, e.g. 'cuda:0')")

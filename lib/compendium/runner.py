@@ -2,25 +2,46 @@
 
 The source of every notebook is its jupytext ``.py`` (percent format); it is read with jupytext
 and executed by papermill with the run's parameters (PROFILE, SEED, DEVICE, and any others the
-notebook's ``parameters`` cell declares). Executed copies land in ``<output>/notebooks/``.
+notebook's ``parameters`` cell declares). Each execution belongs to a run folder
+(:mod:`compendium.runs`): the executed copy goes to ``<run>/notebooks/<name>.ipynb``, and
+``<run>/status.json`` records whether the notebook completed and which files it wrote.
+
+The kernel's environment carries the run folder (``COMPENDIUM_RUN_DIR``), the notebook's name
+(``COMPENDIUM_NOTEBOOK``) and switches that keep progress bars out of the saved notebooks
+(:data:`KERNEL_ENV`); the runner's own progress goes to the terminal.
 """
 from __future__ import annotations
 
+import ast
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from compendium import paths, profiles
+from compendium import paths, profiles, runs
+
+#: Set in every kernel the runner starts: no progress bars or chatty logs in saved outputs.
+KERNEL_ENV = {
+    "TQDM_DISABLE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
+    "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+    "PYTHONUNBUFFERED": "1",
+}
+#: Parameters the runner sets itself, from --profile / --seed / --device.
+RESERVED = {"PROFILE": "--profile", "SEED": "--seed", "DEVICE": "--device"}
 
 
 class NotebookFailed(RuntimeError):
-    """A notebook raised while executing; the message names the notebook and the cell."""
+    """A notebook raised (or its kernel died) while executing; the message names the notebook
+    and, when known, the cell."""
 
     def __init__(self, name: str, cell: int | None, detail: str, output: Path):
-        where = f"cell {cell}" if cell is not None else "setup"
-        super().__init__(f"notebook '{name}' failed in {where}: {detail}\n  executed copy: {output}")
+        where = f"cell {cell}" if cell is not None else "its kernel" if "kernel" in detail.lower() else "setup"
+        super().__init__(f"notebook '{name}' failed in {where}: {detail}\n  executed copy: {paths.display(output)}")
         self.name, self.cell, self.detail, self.output = name, cell, detail, output
 
 
@@ -29,6 +50,7 @@ class RunResult:
     name: str
     output: Path
     seconds: float
+    run_dir: Path | None = None
 
 
 def list_notebooks() -> list[str]:
@@ -62,6 +84,58 @@ def source_path(name: str) -> Path:
     return paths.notebooks_dir() / f"{resolve(name)}.py"
 
 
+def parameter_names(name: str) -> list[str]:
+    """The names the notebook's ``parameters`` cell assigns, in order."""
+    import jupytext
+
+    nb = jupytext.read(source_path(name))
+    cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", ())]
+    if len(cells) != 1:
+        raise ValueError(f"notebook '{resolve(name)}' needs exactly one cell tagged 'parameters', has {len(cells)}")
+    out = []
+    for node in ast.parse(cells[0].source).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        for t in targets:
+            if isinstance(t, ast.Name) and t.id not in out:
+                out.append(t.id)
+    return out
+
+
+def check_parameters(names: Iterable[str], parameters: dict[str, Any]) -> None:
+    """Refuse ``-p`` values the runner sets itself, and names a notebook's parameters cell lacks."""
+    for key in parameters:
+        if key in RESERVED:
+            raise ValueError(f"{key} cannot be set with -p; use {RESERVED[key]}")
+    for name in names:
+        valid = parameter_names(name)
+        unknown = [k for k in parameters if k not in valid]
+        if unknown:
+            extra = [v for v in valid if v not in RESERVED]
+            raise ValueError(
+                f"notebook '{resolve(name)}' has no parameter {', '.join(map(repr, unknown))}; its parameters cell "
+                f"defines {', '.join(extra) or 'nothing besides PROFILE, SEED and DEVICE'} "
+                f"(PROFILE, SEED and DEVICE are set with --profile, --seed and --device)")
+
+
+def _kernel_manager_class(env: dict[str, str]):
+    """A kernel manager whose kernels start with ``os.environ`` plus ``env`` (the runner's own
+    process environment is left as it is) and run :mod:`compendium._kernel` first."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class CompendiumKernelManager(AsyncKernelManager):
+        async def _async_pre_start_kernel(self, **kw):
+            from compendium._kernel import KERNEL_SETUP
+
+            base = dict(kw.pop("env", None) or os.environ)
+            base.update(env)
+            kw["env"] = base
+            kw["extra_arguments"] = [*(kw.get("extra_arguments") or []),
+                                     f"--IPKernelApp.exec_lines={[KERNEL_SETUP]!r}"]
+            return await super()._async_pre_start_kernel(**kw)
+
+    return CompendiumKernelManager
+
+
 def run_notebook(
     name: str,
     *,
@@ -72,38 +146,70 @@ def run_notebook(
     output_dir: Path | None = None,
     progress: bool = True,
     timeout: int | None = None,
+    run_dir: Path | None = None,
 ) -> RunResult:
-    """Execute one notebook with papermill; raise :class:`NotebookFailed` naming the failing cell."""
+    """Execute one notebook with papermill into a run folder.
+
+    The run folder is ``run_dir``, else ``$COMPENDIUM_RUN_DIR`` when set, else a new one.
+    Raises :class:`NotebookFailed` naming the failing cell; a kernel that dies (or any other
+    error of the execution) is a failure of the notebook too. Either way status.json says so.
+    """
     import jupytext
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
     name = resolve(name)
     profiles.check(profile)
-    params = {"PROFILE": profile, "SEED": int(seed), "DEVICE": device, **(parameters or {})}
-    out_root = Path(output_dir) if output_dir else paths.output_dir() / "notebooks"
+    profiles.check_device(device)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    parameters = dict(parameters or {})
+    check_parameters([name], parameters)
+    if run_dir is None:
+        run_dir = runs.current() if os.environ.get(runs.RUN_ENV) else runs.create(
+            profile, seed, device=device, parameters=parameters, notebooks=[name])
+    run_dir = Path(run_dir).resolve()
+    params = {"PROFILE": profile, "SEED": int(seed), "DEVICE": device, **parameters}
+    out_root = Path(output_dir) if output_dir else run_dir / "notebooks"
     output = out_root / f"{name}.ipynb"
     output.parent.mkdir(parents=True, exist_ok=True)
     nb = jupytext.read(source_path(name))
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    env_before = os.environ.get("MPLBACKEND")
-    os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+    env = {**KERNEL_ENV, runs.RUN_ENV: str(run_dir), runs.NOTEBOOK_ENV: name}
+    before = runs.snapshot(run_dir)
+    runs.set_status(run_dir, name, status=runs.RUNNING, parameters=params)
     start = time.perf_counter()
+    failure: NotebookFailed | None = None
     try:
         papermill.execute_notebook(
             nb, str(output), parameters=params, kernel_name="python3", progress_bar=progress,
             cwd=str(paths.repo_root()), execution_timeout=timeout, log_output=False,
+            kernel_manager_class=_kernel_manager_class(env),
         )
     except PapermillExecutionError as err:
         cell, first_line = _source_cell(name, output, err.exec_count)
         detail = f"{err.ename}: {err.evalue}" + (f"\n  cell starts: {first_line}" if first_line else "")
-        raise NotebookFailed(name, cell, detail, output) from None
-    finally:
-        if env_before is None:
-            os.environ.pop("MPLBACKEND", None)
-        else:
-            os.environ["MPLBACKEND"] = env_before
-    return RunResult(name, output, time.perf_counter() - start)
+        failure = NotebookFailed(name, cell, detail, output)
+    except KeyboardInterrupt:
+        runs.set_status(run_dir, name, status=runs.FAILED, seconds=round(time.perf_counter() - start, 1),
+                        error="interrupted (KeyboardInterrupt)", parameters=params,
+                        files=runs.written_between(before, runs.snapshot(run_dir)))
+        raise
+    except Exception as err:  # a dead kernel (DeadKernelError, RuntimeError), a timeout, ...
+        failure = NotebookFailed(name, None, f"{type(err).__name__}: {str(err).strip() or 'no message'}", output)
+    seconds = time.perf_counter() - start
+    runs.set_status(
+        run_dir, name,
+        status=runs.FAILED if failure else runs.COMPLETED,
+        seconds=round(seconds, 1),
+        error=str(failure) if failure else None,
+        output=paths.display(output),
+        parameters=params,
+        files=runs.written_between(before, runs.snapshot(run_dir)),
+    )
+    if failure:
+        raise failure
+    return RunResult(name, output, seconds, run_dir)
 
 
 def _source_cell(name: str, executed: Path, exec_count: int | None) -> tuple[int | None, str]:
@@ -133,23 +239,45 @@ def _source_cell(name: str, executed: Path, exec_count: int | None) -> tuple[int
 
 
 def run_many(
-    names: Iterable[str] | None = None, *, keep_going: bool = False, **kwargs
+    names: Iterable[str] | None = None, *, keep_going: bool = False, run_dir: Path | None = None,
+    profile: str = profiles.DEFAULT, seed: int = 0, device: str = "cpu",
+    parameters: dict[str, Any] | None = None, **kwargs,
 ) -> tuple[list[RunResult], list[NotebookFailed]]:
-    """Run several notebooks (default: all) in order, with a progress bar over notebooks."""
+    """Run several notebooks (default: all) in order into one run folder, with a progress bar
+    over notebooks on the terminal. Notebooks left out after a failure (without ``keep_going``)
+    are marked "not run" in status.json."""
     from tqdm.auto import tqdm
 
     todo = [resolve(n) for n in names] if names else list_notebooks()
-    done, failed = [], []
+    check_parameters(todo, dict(parameters or {}))
+    if run_dir is None:
+        run_dir = runs.create(profile, seed, device=device, parameters=parameters, notebooks=todo)
+    done: list[RunResult] = []
+    failed: list[NotebookFailed] = []
     bar = tqdm(todo, desc="notebooks", unit="nb")
-    for name in bar:
-        bar.set_postfix_str(name)
-        try:
-            res = run_notebook(name, **kwargs)
-            done.append(res)
-            tqdm.write(f"ok    {name}  ({res.seconds:.0f} s) -> {res.output}")
-        except NotebookFailed as err:
-            failed.append(err)
-            tqdm.write(f"FAIL  {err}")
-            if not keep_going:
-                break
+    stopped = False
+    try:
+        for name in bar:
+            if stopped:
+                runs.set_status(run_dir, name, status=runs.NOT_RUN)
+                continue
+            bar.set_postfix_str(name)
+            try:
+                res = run_notebook(name, profile=profile, seed=seed, device=device, parameters=parameters,
+                                   run_dir=run_dir, **kwargs)
+                done.append(res)
+                tqdm.write(f"ok    {name}  ({res.seconds:.0f} s) -> {paths.display(res.output)}")
+            except NotebookFailed as err:
+                failed.append(err)
+                tqdm.write(f"FAIL  {err}")
+                if not keep_going:
+                    stopped = True
+    except KeyboardInterrupt:
+        seen = runs.read_status(run_dir)
+        for name in todo:
+            if name not in seen:
+                runs.set_status(run_dir, name, status=runs.NOT_RUN)
+        raise
+    finally:
+        bar.close()
     return done, failed

@@ -1,66 +1,152 @@
+"""The runner: names, parameters, run folders, failures of every kind, and publishing from a real
+run of three tiny notebooks in kernels (one completes, one records then raises, one kills its
+own kernel)."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
-import textwrap
 
+import nbformat
 import pytest
 
-from compendium import runner
+from compendium import cli, runner
+
+from ledger_demo import KERNEL_NOTEBOOKS, make_root, tree_digest
 
 
 @pytest.fixture
-def fake_root(tmp_path, monkeypatch):
-    """A minimal compendium with one good and one failing notebook."""
-    (tmp_path / "pyproject.toml").write_text("")
-    (tmp_path / "papers").mkdir()
-    nbdir = tmp_path / "notebooks" / "demo"
-    nbdir.mkdir(parents=True)
-    header = '# %% [markdown]\n# # Demo\n\n# %% tags=["parameters"]\nPROFILE = "cpu"\nSEED = 0\nDEVICE = "cpu"\n\n'
-    (nbdir / "01_good.py").write_text(header + "# %%\nimport pathlib\npathlib.Path('seen.txt').write_text(f'{PROFILE} {SEED} {DEVICE}')\n")
-    (nbdir / "02_bad.py").write_text(header + "# %%\nx = 1\n\n# %%\nassert x == 2, 'the claim fails'\n")
-    monkeypatch.setenv("COMPENDIUM_ROOT", str(tmp_path))
-    return tmp_path
+def kernel_root(tmp_path, monkeypatch):
+    root = make_root(tmp_path / "root", KERNEL_NOTEBOOKS)
+    monkeypatch.setenv("COMPENDIUM_ROOT", str(root))
+    monkeypatch.setenv("COMPENDIUM_OUTPUT", str(root / "build"))
+    monkeypatch.delenv("COMPENDIUM_RUN_DIR", raising=False)
+    monkeypatch.delenv("COMPENDIUM_NOTEBOOK", raising=False)
+    return root
 
 
-def test_list_and_resolve(fake_root):
-    assert runner.list_notebooks() == ["demo/01_good", "demo/02_bad"]
+def test_list_and_resolve(kernel_root):
+    assert runner.list_notebooks() == ["demo/01_good", "demo/02_bad", "demo/03_dies"]
     assert runner.resolve("01_good") == "demo/01_good"
     assert runner.resolve("notebooks/demo/02_bad.py") == "demo/02_bad"
-    with pytest.raises(ValueError, match="does not exist; available notebooks: demo/01_good, demo/02_bad"):
-        runner.resolve("03_missing")
+    with pytest.raises(ValueError, match="does not exist; available notebooks: demo/01_good, demo/02_bad, demo/03_dies"):
+        runner.resolve("04_missing")
     with pytest.raises(ValueError, match="ambiguous"):
         runner.resolve("0")
 
 
+def test_parameters_are_read_from_the_parameters_cell(kernel_root):
+    assert runner.parameter_names("01_good") == ["PROFILE", "SEED", "DEVICE", "LABEL"]
+    runner.check_parameters(["demo/01_good"], {"LABEL": "x"})
+    with pytest.raises(ValueError, match=r"SEED cannot be set with -p; use --seed"):
+        runner.check_parameters(["demo/01_good"], {"SEED": 3})
+    with pytest.raises(ValueError, match=r"notebook 'demo/01_good' has no parameter 'LABLE'; its parameters cell "
+                                         r"defines LABEL \(PROFILE, SEED and DEVICE are set with"):
+        runner.check_parameters(["demo/01_good", "demo/02_bad"], {"LABLE": "x"})
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "nope"], "does not exist"),
+    (["run", "--profile", "huge"], "unknown profile 'huge'"),
+    (["run", "--device", "gpu"], "unknown device 'gpu'; use 'cpu', 'cuda' or 'cuda:N'"),
+    (["run", "--device", "cuda:x"], "unknown device 'cuda:x'"),
+    (["run", "-p", "PROFILE=paper"], "PROFILE cannot be set with -p; use --profile"),
+    (["run", "-p", "DEVICE=cuda"], "DEVICE cannot be set with -p; use --device"),
+    (["run", "01_good", "-p", "NOPE=1"], "has no parameter 'NOPE'; its parameters cell defines LABEL"),
+])
+def test_cli_rejects_bad_arguments_before_running_anything(kernel_root, capsys, args, message):
+    with pytest.raises(SystemExit) as info:
+        cli.main(args)
+    assert info.value.code == 2 and message in capsys.readouterr().err
+    assert not (kernel_root / "build" / "runs").exists() or not any((kernel_root / "build" / "runs").iterdir())
+
+
+def test_the_module_entry_point(kernel_root):
+    out = subprocess.run([sys.executable, "-m", "compendium", "run", "--profile", "huge"], capture_output=True, text=True)
+    assert out.returncode == 2 and "unknown profile 'huge'" in out.stderr, out.stderr
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    """All three notebooks with --keep-going --publish; papers/ is fingerprinted just before publishing."""
+    import contextlib
+    import io
+
+    from compendium import publish
+
+    root = make_root(tmp_path_factory.mktemp("kernels") / "root", KERNEL_NOTEBOOKS)
+    seen = {}
+    real_publish = publish.publish
+
+    def spying_publish(run):
+        seen["papers_before_publish"] = tree_digest(root / "papers")
+        return real_publish(run)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COMPENDIUM_ROOT", str(root))
+        mp.setenv("COMPENDIUM_OUTPUT", str(root / "build"))
+        mp.delenv("COMPENDIUM_RUN_DIR", raising=False)
+        mp.delenv("COMPENDIUM_NOTEBOOK", raising=False)
+        mp.setattr(publish, "publish", spying_publish)
+        papers_at_start = tree_digest(root / "papers")
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            code = cli.main(["run", "--keep-going", "--publish", "--seed", "7", "-p", "LABEL=hello"])
+    (run,) = sorted((root / "build" / "runs").iterdir())
+    return {"root": root, "papers_at_start": papers_at_start, **seen, "code": code, "stdout": buf.getvalue(),
+            "run": run}
+
+
 @pytest.mark.slow
-def test_parameters_reach_the_notebook_and_failures_name_the_cell(fake_root):
-    res = runner.run_notebook("01_good", profile="paper", seed=7, device="cuda", progress=False)
-    assert (fake_root / "seen.txt").read_text() == "paper 7 cuda"
-    assert res.output.exists()
-    with pytest.raises(runner.NotebookFailed, match=r"'demo/02_bad' failed in cell 4: AssertionError: the claim fails\n  cell starts: assert x == 2"):
-        runner.run_notebook("02_bad", progress=False)
+@pytest.mark.notebook
+def test_running_notebooks_leaves_papers_untouched_until_publish(real_run):
+    # 02_bad recorded its claim and then raised; until publish, papers/ had not changed
+    assert real_run["papers_before_publish"] == real_run["papers_at_start"]
+    assert (real_run["run"] / "results" / "demo" / "loss.cpu.json").exists()  # recorded, in the run folder only
+    status = json.loads((real_run["run"] / "status.json").read_text())["notebooks"]
+    assert "cell 3: RuntimeError: the notebook fails after recording" in status["demo/02_bad"]["error"]
 
 
-def test_unknown_profile(fake_root):
-    with pytest.raises(ValueError, match="unknown profile 'big'"):
-        runner.run_notebook("01_good", profile="big")
+@pytest.mark.slow
+@pytest.mark.notebook
+def test_dead_kernel_is_a_failure_and_the_summary_is_printed(real_run):
+    out, run = real_run["stdout"], real_run["run"]
+    assert real_run["code"] == 1
+    assert run.name.endswith("-cpu-s7")
+    summary = out[out.index("summary of run"):]
+    assert "completed  demo/01_good" in summary and "failed     demo/02_bad" in summary
+    assert "failed     demo/03_dies" in summary and "DeadKernelError" in summary
+    assert "1 of 3 notebook(s) completed" in summary
+    status = json.loads((run / "status.json").read_text())["notebooks"]
+    assert {k: v["status"] for k, v in status.items()} == {
+        "demo/01_good": "completed", "demo/02_bad": "failed", "demo/03_dies": "failed"}
+    assert status["demo/01_good"]["files"] == ["results/demo/gain.cpu.json"]
+    params = json.loads((run / "params.json").read_text())
+    assert params["seed"] == 7 and params["parameters"] == {"LABEL": "hello"} and "git_revision" in params
+    assert (real_run["root"] / "seen.txt").read_text() == "cpu 7 cpu hello"
 
 
-def test_cli_rejects_bad_names_and_profiles(fake_root):
-    for args, message in ((["run", "nope"], "does not exist"), (["run", "--profile", "huge"], "unknown profile 'huge'")):
-        out = subprocess.run([sys.executable, "-m", "compendium", *args], capture_output=True, text=True)
-        assert out.returncode == 2 and message in out.stderr, out.stderr
+@pytest.mark.slow
+@pytest.mark.notebook
+def test_publish_takes_only_the_completed_notebook(real_run):
+    root, run = real_run["root"], real_run["run"]
+    results = root / "papers" / "demo" / "results"
+    assert sorted(p.name for p in results.iterdir()) == ["PUBLISHED.json", "gain.cpu.json"]
+    assert json.loads((results / "gain.cpu.json").read_text())["notebook"] == "demo/01_good"
+    table = (root / "papers" / "demo" / "CLAIMS.md").read_text()
+    rows = {line.split(" | ")[0][2:]: line for line in table.splitlines() if line.startswith("| ")}
+    assert "**holds**" in rows["gain"]
+    assert f"⚠ notebook failed in run {run.name}" in rows["loss"]
+    assert f"⚠ notebook failed in run {run.name}" in rows["plain"]
 
 
-def test_publish_copies_a_papers_figures(fake_root, monkeypatch):
-    from compendium import paths, plotting
-
-    monkeypatch.setenv("COMPENDIUM_OUTPUT", str(fake_root / "build"))
-    (fake_root / "papers" / "demo").mkdir()
-    fig_dir = paths.figures_dir() / "demo"
-    fig_dir.mkdir(parents=True)
-    (fig_dir / "a.png").write_bytes(b"png")
-    copied = plotting.publish(["demo", "absent"])
-    assert [p.relative_to(fake_root).as_posix() for p in copied] == ["papers/demo/figures/a.png"]
-    assert (fake_root / "papers/demo/figures/a.png").read_bytes() == b"png"
+@pytest.mark.slow
+@pytest.mark.notebook
+def test_no_progress_bar_reaches_the_saved_notebook(real_run):
+    nb = nbformat.read(real_run["run"] / "notebooks" / "demo" / "01_good.ipynb", as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    text = json.dumps(outputs)
+    assert "loop total 19900" in text  # the loop ran and its print is there
+    assert "busy loop" not in text and "it/s" not in text and "%|" not in text
+    assert "application/vnd.jupyter.widget-view+json" not in text
+    assert str(real_run["root"]) not in text  # no absolute paths of this machine

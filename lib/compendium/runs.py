@@ -1,0 +1,154 @@
+"""Run folders: everything one execution produces, in one place, never in ``papers/``.
+
+``compendium run`` makes one folder per invocation and hands it to each notebook's kernel in the
+environment variable ``COMPENDIUM_RUN_DIR``; a kernel started any other way (JupyterLab, a plain
+``python``) gets its own ``interactive-<time>`` folder the first time it needs one::
+
+    <output>/runs/<UTC time>-<profile>-s<seed>/     e.g. build/runs/20261130T081244Z-cpu-s0/
+        params.json              the run's parameters, notebooks, git revision (+ diff fingerprint)
+        status.json              per notebook: completed / failed / running / not run, seconds, error,
+                                 the files it wrote (what --publish copies)
+        notebooks/<name>.ipynb   the executed notebooks
+        results/<paper>/<claim-id>.<profile>.json   what compendium.claims.conclude recorded
+        figures/<paper>/<name>.png|.csv             figures and the data behind them
+
+Only ``compendium run --publish`` copies anything from here into ``papers/`` (see
+:mod:`compendium.publish`).
+"""
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from compendium import atomic, paths
+
+RUN_ENV = "COMPENDIUM_RUN_DIR"
+NOTEBOOK_ENV = "COMPENDIUM_NOTEBOOK"
+
+# status of one notebook in status.json
+COMPLETED, FAILED, RUNNING, NOT_RUN = "completed", "failed", "running", "not run"
+
+_interactive: dict[Path, Path] = {}  # output folder -> this process's interactive run folder
+
+
+def _stamp(now: datetime | None = None) -> str:
+    return (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+
+
+def _unique(base: Path) -> Path:
+    path, n = base, 1
+    while True:
+        try:
+            path.mkdir(parents=True, exist_ok=False)
+            return path
+        except FileExistsError:
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
+
+
+def create(profile: str, seed: int, *, device: str = "cpu", parameters: dict | None = None,
+           notebooks: list[str] | None = None, command: list[str] | None = None) -> Path:
+    """Make ``<output>/runs/<UTC time>-<profile>-s<seed>/`` with its params.json; return it."""
+    from compendium import profiles, provenance
+
+    profiles.check(profile)
+    run = _unique(paths.runs_dir() / f"{_stamp()}-{profile}-s{int(seed)}")
+    params = {
+        "kind": "runner",
+        "profile": profile,
+        "seed": int(seed),
+        "device": device,
+        "parameters": parameters or {},
+        "notebooks": list(notebooks or []),
+        "command": command,
+        "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **provenance.code_state(),
+    }
+    atomic.write_json(run / "params.json", params)
+    return run
+
+
+def current() -> Path:
+    """This process's run folder: ``$COMPENDIUM_RUN_DIR`` when set (the runner sets it for each
+    kernel), else an ``interactive-<time>`` folder made on first use and kept for the process."""
+    env = os.environ.get(RUN_ENV)
+    if env:
+        path = Path(env).resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    out = paths.output_dir()
+    run = _interactive.get(out)
+    if run is None or not run.is_dir():
+        from compendium import provenance
+
+        run = _unique(paths.runs_dir() / f"interactive-{_stamp()}")
+        atomic.write_json(run / "params.json", {
+            "kind": "interactive",
+            "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            **provenance.code_state(),
+        })
+        _interactive[out] = run
+    return run
+
+
+def notebook_name() -> str | None:
+    """The notebook the runner is executing in this kernel (None in an interactive kernel)."""
+    return os.environ.get(NOTEBOOK_ENV) or None
+
+
+def results_dir(paper: str, run: Path | None = None) -> Path:
+    path = Path(run or current()) / "results" / paper
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def figures_dir(paper: str | None = None, run: Path | None = None) -> Path:
+    path = Path(run or current()) / "figures"
+    if paper:
+        path = path / paper
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8")) if Path(path).exists() else {}
+
+
+def update_params(run: Path, **values: Any) -> None:
+    """Add values to a run's params.json (e.g. what an interactive notebook was started with)."""
+    params = read_json(run / "params.json")
+    params.update(values)
+    atomic.write_json(run / "params.json", params)
+
+
+def read_status(run: Path) -> dict[str, dict]:
+    """{notebook name: its entry} from ``<run>/status.json`` (empty when there is none)."""
+    return read_json(Path(run) / "status.json").get("notebooks", {})
+
+
+def set_status(run: Path, name: str, **entry: Any) -> None:
+    """Write (atomically) one notebook's entry of ``<run>/status.json``."""
+    status = read_json(Path(run) / "status.json")
+    status.setdefault("notebooks", {})[name] = entry
+    atomic.write_json(Path(run) / "status.json", status)
+
+
+def snapshot(run: Path) -> dict[str, tuple[int, int]]:
+    """{relative path: (size, mtime_ns)} of the results and figures in a run folder."""
+    out = {}
+    for sub in ("results", "figures"):
+        base = Path(run) / sub
+        if base.is_dir():
+            for f in base.rglob("*"):
+                if f.is_file() and not f.name.startswith("."):
+                    st = f.stat()
+                    out[f.relative_to(run).as_posix()] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def written_between(before: dict, after: dict) -> list[str]:
+    """Files of ``after`` that are new or changed since ``before``."""
+    return sorted(k for k, v in after.items() if before.get(k) != v)

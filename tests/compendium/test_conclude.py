@@ -1,0 +1,143 @@
+"""claims.conclude: records first into the run folder, then judges by the pre-registered check."""
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+import pytest
+
+from compendium import claims
+
+from ledger_demo import tree_digest
+
+GOOD = {"gain": 7.5, "ci_low": 0.4, "context_effect": 0.3}
+
+
+def M(claim="demo/gain", **values):
+    return claims.Measurement(claim=claim, values=values)
+
+
+def _read(run_dir, claim_id="gain", profile="cpu"):
+    return json.loads((run_dir / "results" / "demo" / f"{claim_id}.{profile}.json").read_text())
+
+
+def test_holds_records_everything_into_the_run_folder(run_dir, demo_root):
+    papers_before = tree_digest(demo_root / "papers")
+    table = pd.DataFrame({"context": [8, 16], "drop": [1.5, 7.5]})
+    m = claims.Measurement(claim="demo/gain", values=dict(GOOD), evidence={"n_contexts": 67},
+                           tables={"gain_by_context": table}, config={"word": " women"}, note="a note")
+    v = claims.conclude(m, profile="cpu", seed=3)
+    assert v.status == "holds" and v.failed_preconditions == () and v.value == 7.5
+    e = _read(run_dir)
+    assert e["verdict"] == "holds" and e["value"] == 7.5 and e["values"] == GOOD and e["seed"] == 3
+    assert e["unit"] == "%" and e["evidence"] == {"n_contexts": 67} and e["config"] == {"word": " women"}
+    assert [c["passed"] for c in e["conditions"]] == [True, True]
+    assert e["registered_check"]["threshold"] == 5.0 and e["run"] == run_dir.name
+    assert e["provenance"]["libraries"]["torch"] != "not installed"
+    assert "diff_sha256" in e["provenance"]
+    csv = run_dir / "figures" / "demo" / "gain_by_context.csv"
+    assert pd.read_csv(csv).equals(table)
+    assert e["tables"] == ["gain_by_context.csv"]
+    assert tree_digest(demo_root / "papers") == papers_before, "conclude wrote into papers/"
+    assert v.path == f"build/runs/{run_dir.name}/results/demo/gain.cpu.json"  # relative to the root
+
+
+def test_does_not_hold_when_any_condition_of_all_of_fails(run_dir):
+    with pytest.raises(AssertionError, match="expected 'holds', got 'does not hold'"):  # cpu is in assert_at
+        claims.conclude(M(**{**GOOD, "ci_low": -0.1}), profile="cpu", seed=0)
+    e = _read(run_dir)  # recorded before the assertion
+    assert e["verdict"] == "does not hold" and [c["passed"] for c in e["conditions"]] == [True, False]
+
+
+def test_inconclusive_names_the_failed_precondition(run_dir):
+    values = {**GOOD, "context_effect": 0.02}
+    with pytest.raises(AssertionError) as info:
+        claims.conclude(M(**values), profile="cpu", seed=0)
+    msg = str(info.value)
+    assert "demo/gain at profile 'cpu': expected 'holds', got 'inconclusive'" in msg
+    assert "uses-context (the output depends on context beyond the last token)" in msg
+    assert "gain = 7.5" in msg and "context_effect = 0.02" in msg  # the values
+    e = _read(run_dir)  # recorded before the assertion
+    assert e["verdict"] == "inconclusive"
+    assert [f["id"] for f in e["failed_preconditions"]] == ["uses-context"]
+
+
+def test_inconclusive_verdict_object(run_dir, monkeypatch):
+    # at 'paper' nothing is asserted, and preconditions come before measured_only_at
+    v = claims.conclude(M(**{**GOOD, "context_effect": 0.0}), profile="paper", seed=0)
+    assert v.status == "inconclusive"
+    assert [(p.id, p.statement) for p in v.failed_preconditions] == [
+        ("uses-context", "the output depends on context beyond the last token")]
+    md = v._repr_markdown_()
+    assert "**demo/gain**" in md and "16.6 %" in md and "7.5 %" in md and "**inconclusive**" in md
+    assert "uses-context" in md and v.text == md
+
+
+def test_measured_only_at_a_profile_and_without_a_check(run_dir):
+    v = claims.conclude(M(**GOOD), profile="paper", seed=0)
+    assert v.status == "measured only" and "not applied" in v.reason
+    v = claims.conclude(M("demo/plain", size=12), profile="cpu", seed=0)
+    assert v.status == "measured only" and v.value == 12
+    assert _read(run_dir, "plain")["verdict"] == "measured only"
+
+
+def test_expect_does_not_hold_and_is(run_dir):
+    assert claims.conclude(M("demo/loss", loss=2.5), profile="cpu").status == "does not hold"
+    assert claims.conclude(M("demo/loss", loss=2.0), profile="cpu").status == "holds"  # inclusive
+    assert claims.conclude(M("demo/flag", ok=True), profile="cpu").status == "holds"
+    with pytest.raises(AssertionError, match="demo/flag at profile 'cpu': expected 'holds', got 'does not hold'"):
+        claims.conclude(M("demo/flag", ok=False), profile="cpu")
+
+
+@pytest.mark.parametrize("op, threshold, value, passed", [
+    (">=", 5, 5, True), (">", 5, 5, False), ("<=", 1, 1.0, True), ("<", 1, 1, False),
+    ("==", "es-pt", "es-pt", True), ("==", 3, 3.5, False), ("between", (1, 2), 1, True),
+    ("between", (1, 2), 2.01, False), ("outside", (1, 2), 2, False), ("outside", (1, 2), 0.5, True),
+    ("is", False, False, True), ("is", True, False, False),
+])
+def test_condition_ops(op, threshold, value, passed):
+    assert claims.Condition("q", op, threshold).test(value) is passed
+
+
+def test_missing_quantity_is_a_value_error_before_recording(run_dir):
+    with pytest.raises(ValueError, match=r"demo/gain: the Measurement lacks 'context_effect', which the check or "
+                                         r"preconditions in papers/demo/claims.yaml name"):
+        claims.conclude(M(gain=7.5, ci_low=0.4), profile="cpu", seed=0)
+    with pytest.raises(ValueError, match=r"value 'gain' = 'big' must be a number for op '>='"):
+        claims.conclude(M(**{**GOOD, "gain": "big"}), profile="cpu", seed=0)
+    with pytest.raises(ValueError, match="non-finite"):
+        claims.conclude(M(**{**GOOD, "gain": float("nan")}), profile="cpu", seed=0)
+    with pytest.raises(ValueError, match="unknown profile 'gpu'"):
+        claims.conclude(M(**GOOD), profile="gpu", seed=0)
+    assert not (run_dir / "results").exists(), "something was recorded"
+
+
+def test_numpy_values_are_recorded_as_plain_numbers(run_dir):
+    import numpy as np
+
+    v = claims.conclude(M(**{"gain": np.float32(6.0), "ci_low": np.float64(0.1), "context_effect": np.int64(1)}),
+                        profile="cpu")
+    assert v.status == "holds" and _read(run_dir)["values"] == {"gain": 6.0, "ci_low": 0.1, "context_effect": 1}
+
+
+def test_interactive_kernel_gets_its_own_run_folder_lazily(demo_root):
+    assert "COMPENDIUM_RUN_DIR" not in os.environ
+    runs_dir = demo_root / "build" / "runs"
+    assert not runs_dir.exists() or not any(runs_dir.iterdir())
+    claims.conclude(M("demo/plain", size=1), profile="cpu")
+    claims.conclude(M("demo/loss", loss=2.5), profile="cpu")
+    made = sorted(runs_dir.iterdir())
+    assert len(made) == 1 and made[0].name.startswith("interactive-")
+    assert sorted(p.name for p in (made[0] / "results" / "demo").iterdir()) == ["loss.cpu.json", "plain.cpu.json"]
+    assert json.loads((made[0] / "params.json").read_text())["kind"] == "interactive"
+    assert not (demo_root / "papers" / "demo" / "results").exists()
+
+
+def test_record_is_deprecated_and_writes_into_the_run_folder(run_dir, demo_root):
+    with pytest.warns(DeprecationWarning, match="conclude"):
+        path = claims.record("demo/plain", 1.03, profile="cpu", seed=3, check=True, config={"T": [256]})
+    assert path == run_dir / "results" / "demo" / "plain.cpu.json"
+    e = json.loads(path.read_text())
+    assert e["verdict"] == "holds" and e["value"] == 1.03 and e["config"] == {"T": [256]}
+    assert not (demo_root / "papers" / "demo" / "results").exists()

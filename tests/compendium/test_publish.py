@@ -1,0 +1,182 @@
+"""Publishing: only completed notebooks reach papers/, and the claims tables are rebuilt all or
+nothing (no kernels here: the notebooks' work is done in-process inside a run folder)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from compendium import claims, plotting, publish, runs, tables
+
+from ledger_demo import tree_digest
+
+GOOD = {"gain": 7.5, "ci_low": 0.4, "context_effect": 0.3}
+
+
+def _as_notebook(run, name, status, work):
+    """Do ``work`` as notebook ``name`` of ``run`` and record it in status.json as the runner does."""
+    before = runs.snapshot(run)
+    try:
+        work()
+    except AssertionError:
+        pass
+    runs.set_status(run, name, status=status, files=runs.written_between(before, runs.snapshot(run)))
+
+
+def _figure(name):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1, 1))
+    ax.plot([0, 1])
+    path = plotting.savefig(fig, name, profile="cpu")
+    plt.close(fig)
+    return path
+
+
+def _good():
+    import pandas as pd
+
+    claims.conclude(claims.Measurement("demo/gain", dict(GOOD), tables={"gain_curve": pd.DataFrame({"a": [1]})}),
+                    profile="cpu", seed=0)
+    _figure("demo/good")
+
+
+def _bad():
+    claims.conclude(claims.Measurement("demo/loss", {"loss": 2.5}), profile="cpu", seed=0)
+    _figure("demo/bad")
+    raise AssertionError("the notebook fails after recording")
+
+
+def test_savefig_returns_a_path_relative_to_the_root(run_dir, demo_root):
+    path = _figure("demo/curve")
+    assert path == f"build/runs/{run_dir.name}/figures/demo/curve.png" and repr(path) == str(path)
+    assert (demo_root / path).is_file() and path.path == demo_root / path
+    assert (demo_root / "build" / "figures" / "demo" / "curve.png").is_file()  # the latest-figure mirror
+    with pytest.raises(ValueError, match="figure names look like"):
+        _figure("../escape")
+
+
+def test_publish_copies_only_completed_notebooks_and_marks_the_failed(run_dir, demo_root):
+    _as_notebook(run_dir, "demo/01_good", runs.COMPLETED, _good)
+    _as_notebook(run_dir, "demo/02_bad", runs.FAILED, _bad)
+    runs.set_status(run_dir, "demo/03_dies", status=runs.NOT_RUN)
+    assert (run_dir / "results" / "demo" / "loss.cpu.json").exists()  # recorded, then the notebook failed
+    assert not (demo_root / "papers" / "demo" / "results").exists()    # nothing published yet
+
+    out = publish.publish(run_dir)
+    results = demo_root / "papers" / "demo" / "results"
+    assert sorted(p.name for p in results.iterdir()) == ["PUBLISHED.json", "gain.cpu.json"]
+    figures = demo_root / "papers" / "demo" / "figures"
+    assert sorted(p.name for p in figures.iterdir()) == ["gain_curve.csv", "good.png"]
+    assert out.completed == ["demo/01_good"] and out.not_completed == {"demo/02_bad": "failed", "demo/03_dies": "not run"}
+    info = json.loads((results / "PUBLISHED.json").read_text())
+    assert info["last_publish"]["notebooks"] == {"demo/01_good": "completed", "demo/02_bad": "failed",
+                                                 "demo/03_dies": "not run"}
+    table = (demo_root / "papers" / "demo" / "CLAIMS.md").read_text()
+    rows = {line.split(" | ")[0][2:]: line for line in table.splitlines() if line.startswith("| ") and " | " in line}
+    assert "**holds**" in rows["gain"] and "7.5 %" in rows["gain"] and "16.6 % (brief)" in rows["gain"]
+    assert "⚠" not in rows["gain"]
+    assert "not run" in rows["loss"] and f"⚠ notebook failed in run {run_dir.name}" in rows["loss"]
+    assert f"⚠ notebook not run in run {run_dir.name}" in rows["plain"]
+    assert "gain >= 5 and ci_low > 0" in rows["gain"]
+    for verdict in ("**holds**", "**does not hold**", "**inconclusive**", "**measured only**", "*not run*"):
+        assert verdict in table  # the legend
+
+
+def test_a_later_failure_keeps_the_earlier_value_and_says_so(run_dir, demo_root, monkeypatch):
+    _as_notebook(run_dir, "demo/01_good", runs.COMPLETED, _good)
+    publish.publish(run_dir)
+    second = runs.create("cpu", 0)
+    monkeypatch.setenv("COMPENDIUM_RUN_DIR", str(second))
+
+    def fails():
+        claims.conclude(claims.Measurement("demo/gain", {**GOOD, "gain": 1.0}), profile="cpu", seed=0)
+        raise AssertionError
+
+    _as_notebook(second, "demo/01_good", runs.FAILED, fails)
+    publish.publish(second)
+    e = json.loads((demo_root / "papers" / "demo" / "results" / "gain.cpu.json").read_text())
+    assert e["value"] == 7.5 and e["run"] == run_dir.name  # the failed run's 1.0 was not published
+    row = next(l for l in (demo_root / "papers/demo/CLAIMS.md").read_text().splitlines() if l.startswith("| gain "))
+    assert f"⚠ notebook failed in run {second.name} (value from run {run_dir.name})" in row
+
+
+def test_inconclusive_row_names_the_failed_precondition(run_dir, demo_root):
+    def work():
+        claims.conclude(claims.Measurement("demo/gain", {**GOOD, "context_effect": 0.01}), profile="paper", seed=0)
+
+    _as_notebook(run_dir, "demo/01_good", runs.COMPLETED, work)
+    publish.publish(run_dir)
+    row = next(l for l in (demo_root / "papers/demo/CLAIMS.md").read_text().splitlines() if l.startswith("| gain "))
+    assert "**inconclusive**: failed `uses-context` (the output depends on context beyond the last token; " \
+           "context_effect = 0.01)" in row
+    assert "| paper |" in row
+
+
+@pytest.mark.parametrize("content, problem", [
+    ("{not json", "not valid JSON"),
+    (json.dumps({"claim": "demo/gain", "value": 1, "verdict": "holds"}), 'missing "profile"'),
+    (json.dumps({"claim": "demo/ghost", "profile": "cpu", "value": 1, "verdict": "holds"}),
+     "records claim 'demo/ghost', which papers/demo/claims.yaml does not define"),
+    (json.dumps({"claim": "demo/gain", "profile": "cpu", "value": 1, "verdict": "maybe"}), "unknown verdict 'maybe'"),
+])
+def test_a_malformed_result_is_named_and_nothing_is_half_written(run_dir, demo_root, monkeypatch, content, problem):
+    # a first, good publish
+    _as_notebook(run_dir, "demo/01_good", runs.COMPLETED, _good)
+    publish.publish(run_dir)
+    before = tree_digest(demo_root / "papers")
+    # a second run whose completed notebook left a corrupt result beside a good one
+    second = runs.create("cpu", 0)
+
+    def work():
+        claims.conclude(claims.Measurement("demo/plain", {"size": 3}), profile="cpu", seed=0)
+        (second / "results" / "demo" / "gain.cpu.json").write_text(content)
+
+    monkeypatch.setenv("COMPENDIUM_RUN_DIR", str(second))
+    _as_notebook(second, "demo/01_good", runs.COMPLETED, work)
+    with pytest.raises(tables.ResultsFileError, match=rf"{second.name}/results/demo/gain.cpu.json.*{problem}"):
+        publish.publish(second)
+    assert tree_digest(demo_root / "papers") == before, "a failed publish changed papers/"
+
+
+def test_a_corrupt_published_file_stops_make_claims_before_any_table_is_written(demo_root):
+    results = demo_root / "papers" / "demo" / "results"
+    results.mkdir(parents=True)
+    (results / "gain.cpu.json").write_text('{"claim": "demo/gain", "profile": "cpu", "value": ')  # cut short
+    with pytest.raises(tables.ResultsFileError, match=r"papers/demo/results/gain.cpu.json: not valid JSON"):
+        claims.write_tables()
+    assert not (demo_root / "papers" / "demo" / "CLAIMS.md").exists()
+
+
+def test_legacy_results_still_render(demo_root):
+    results = demo_root / "papers" / "demo" / "results"
+    results.mkdir(parents=True)
+    (results / "plain.cpu.json").write_text(json.dumps({
+        "claim": "demo/plain", "profile": "cpu", "value": 3, "unit": "", "check": None,
+        "provenance": {"git_revision": "0123456789abcdef0123+dirty"}}))
+    row = next(l for l in claims.build_table("demo").splitlines() if l.startswith("| plain "))
+    assert "**measured only**" in row and "| 0123456789+dirty |" in row
+
+
+def test_a_value_judged_without_the_check_says_so(demo_root):
+    results = demo_root / "papers" / "demo" / "results"
+    results.mkdir(parents=True)
+    (results / "gain.cpu.json").write_text(json.dumps({
+        "claim": "demo/gain", "profile": "cpu", "value": 3, "unit": "%", "check": True,
+        "provenance": {"git_revision": "0123456789abcdef0123"}}))
+    row = next(l for l in claims.build_table("demo").splitlines() if l.startswith("| gain "))
+    assert "**holds**" in row and "⚠ not applied: this value was judged by its notebook" in row
+
+
+def test_cli_publish_of_an_existing_run_folder(run_dir, demo_root, capsys):
+    from compendium import cli
+
+    _as_notebook(run_dir, "demo/01_good", runs.COMPLETED, _good)
+    assert cli.main(["publish", str(run_dir)]) == 0
+    assert f"published run build/runs/{run_dir.name}: 1 result(s), 2 figure file(s)" in capsys.readouterr().out
+    assert (demo_root / "papers" / "demo" / "results" / "gain.cpu.json").exists()
+    with pytest.raises(ValueError, match="is not a run folder made by `compendium run`"):
+        publish.publish(demo_root / "build")
