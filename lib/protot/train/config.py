@@ -4,6 +4,7 @@
 |--------------|----------------------------|---------|--------------|-------------|----------------------|
 | smoke        | tiny (2 layers, 128 hidden)| 128     | 8            | 0.2 M       | CPU, about a minute  |
 | cpu-hour     | 4 layers, 256 hidden       | 256     | 8            | 2.0 M       | 1 CPU core, ~an hour |
+| cpu-small    | small (6 layers, 256)      | 256     | 16           | 12.0 M      | 1 CPU core, ~4-5 h   |
 | paper-small  | small (6 layers, 256)      | 256     | 128          | 250 M       | GPU (paper's small)  |
 | paper-large  | large (12 layers, 512)     | 256     | 128          | 1 B         | GPU (paper's large)  |
 
@@ -21,6 +22,35 @@ from dataclasses import dataclass, field
 
 ARCHS = ("protot", "llama", "deltanet", "mamba", "hf-llama")
 DATA_SOURCES = ("corpus", "fineweb-edu")
+SIZES = ("tiny", "small", "large")
+
+#: (field, lowest allowed, highest allowed, kind): what TrainConfig.__post_init__ enforces. A bound
+#: given as (value, "open") excludes the value itself.
+_BOUNDS = (
+    ("context", 1, None, int), ("batch_size", 1, None, int), ("grad_accum", 1, None, int),
+    ("tokens", 1, None, int), ("warmup_steps", 0, None, int), ("seed", 0, None, int),
+    ("eval_every", 1, None, int), ("eval_blocks", 1, None, int), ("ckpt_every", 1, None, int),
+    ("keep_checkpoints", 1, None, int),
+    ("lr", (0.0, "open"), None, float), ("min_lr_ratio", 0.0, 1.0, float), ("weight_decay", 0.0, None, float),
+    ("beta1", 0.0, (1.0, "open"), float), ("beta2", 0.0, (1.0, "open"), float),
+    ("grad_clip", (0.0, "open"), None, float),
+)
+
+
+def _check_field(name: str, value, low, high, kind) -> None:
+    """Raise a ValueError naming ``name`` when ``value`` is not a ``kind`` within [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
+        raise ValueError(f"{name} must be {'a number' if kind is float else 'an integer'}, got {value!r}")
+    if kind is float and value != value:
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    for bound, side in ((low, "low"), (high, "high")):
+        if bound is None:
+            continue
+        limit, open_ = (bound[0], True) if isinstance(bound, tuple) else (bound, False)
+        bad = (value <= limit if open_ else value < limit) if side == "low" else (value >= limit if open_ else value > limit)
+        if bad:
+            word = ("greater than" if open_ else "at least") if side == "low" else ("below" if open_ else "at most")
+            raise ValueError(f"{name} must be {word} {limit}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -63,11 +93,22 @@ class TrainConfig:
             raise ValueError(f"unknown data source {self.data!r}; valid: {', '.join(DATA_SOURCES)}")
         if self.arch not in ARCHS:
             raise ValueError(f"unknown arch {self.arch!r}; valid: {', '.join(ARCHS)}")
+        if self.size not in SIZES:
+            raise ValueError(f"unknown model size {self.size!r}; valid: {', '.join(SIZES)}")
+        for name, low, high, kind in _BOUNDS:
+            _check_field(name, getattr(self, name), low, high, kind)
         if self.batch_size % self.grad_accum:
-            raise ValueError("batch_size must be a multiple of grad_accum")
+            raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of grad_accum ({self.grad_accum})")
         if self.steps < 1:
-            raise ValueError("the token budget is smaller than one optimiser step")
-        object.__setattr__(self, "model_overrides", tuple(sorted(tuple(p) for p in self.model_overrides)))
+            raise ValueError(f"the token budget ({self.tokens} tokens) is smaller than one optimiser step "
+                             f"(batch_size x context = {self.tokens_per_step} tokens)")
+        try:
+            pairs = tuple(sorted(tuple(p) for p in self.model_overrides))
+        except TypeError:
+            raise ValueError(f"model_overrides must be (name, value) pairs, got {self.model_overrides!r}") from None
+        if any(len(p) != 2 or not isinstance(p[0], str) for p in pairs):
+            raise ValueError(f"model_overrides must be (name, value) pairs, got {self.model_overrides!r}")
+        object.__setattr__(self, "model_overrides", pairs)
 
     @property
     def tokens_per_step(self) -> int:
@@ -112,6 +153,11 @@ PROFILES: dict[str, TrainConfig] = {
     "cpu-hour": TrainConfig(size="small", model_overrides=(("num_hidden_layers", 4),),
                             context=256, batch_size=8, tokens=1000 * 8 * 256,
                             lr=2e-3, warmup_steps=50, eval_every=100, eval_blocks=64, ckpt_every=50),
+    # The paper's small backbone (6 layers / 256 hidden / context 256) trained on the CPU for 12 M
+    # tokens (about half an epoch of the offline English training split): 2,930 steps of 16 x 256.
+    # One model per core, in the background, over several sessions (~4-5 core-hours each).
+    "cpu-small": TrainConfig(size="small", context=256, batch_size=16, tokens=2930 * 16 * 256,
+                             lr=2e-3, warmup_steps=100, eval_every=250, eval_blocks=64, ckpt_every=25),
     # Paper small: 6 layers / 256 hidden / context 256 / 250 M tokens (confirmed). Batch and lr: ours.
     "paper-small": TrainConfig(size="small", context=256, batch_size=128, tokens=250_000_000,
                                lr=1.5e-3, warmup_steps=300, eval_every=500, eval_blocks=256, ckpt_every=500),
@@ -121,6 +167,67 @@ PROFILES: dict[str, TrainConfig] = {
 }
 
 
+#: Model config fields that --set may not change: the tokenizer fixes the vocabulary.
+_FIXED_MODEL_FIELDS = ("vocab_size",)
+
+
+def model_config_fields(arch: str) -> dict[str, str]:
+    """{field: type annotation (text)} of the model config of ``arch`` that overrides may set."""
+    from transformers import PreTrainedConfig
+
+    if arch == "hf-llama":
+        from transformers import LlamaConfig as cls
+    else:
+        from protot.models import ARCHS as MODEL_ARCHS
+
+        cls = MODEL_ARCHS[arch][0]
+    fields: dict[str, str] = {}
+    for klass in cls.__mro__:
+        if klass is PreTrainedConfig:
+            break
+        for name, hint in klass.__dict__.get("__annotations__", {}).items():
+            if name not in _FIXED_MODEL_FIELDS and not name.startswith("_"):
+                fields.setdefault(name, hint if isinstance(hint, str) else getattr(hint, "__name__", str(hint)))
+    return dict(sorted(fields.items()))
+
+
+_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "list": list, "dict": dict, "None": type(None)}
+
+
+def _fits(value, hint: str) -> bool | None:
+    """Whether ``value`` fits annotation ``hint`` (True/False), None when the annotation is not understood."""
+    arms = [a.strip() for a in hint.split("|")]
+    known = True
+    for arm in arms:
+        base = arm.split("[", 1)[0]
+        typ = _TYPES.get(base)
+        if typ is None:
+            known = False
+            continue
+        if typ is int and isinstance(value, int) and not isinstance(value, bool):
+            return True
+        if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return True
+        if typ is list and isinstance(value, (list, tuple)):
+            return True
+        if typ not in (int, float, list) and isinstance(value, typ):
+            return True
+    return False if known else None
+
+
+def check_model_overrides(arch: str, overrides) -> None:
+    """Raise ValueError when an override names no field of ``arch``'s model config or has the wrong type."""
+    fields = model_config_fields(arch)
+    for name, value in dict(overrides).items():
+        if name not in fields:
+            fixed = f" ({name} is fixed by the tokenizer)" if name in _FIXED_MODEL_FIELDS else ""
+            raise ValueError(f"unknown model config field {name!r} for arch {arch!r}{fixed}; valid fields: "
+                             + ", ".join(fields))
+        if _fits(value, fields[name]) is False:
+            raise ValueError(f"model config field {name} must be {fields[name]}, got {value!r} "
+                             f"({type(value).__name__})")
+
+
 def profile(name: str, **changes) -> TrainConfig:
     """The named profile, optionally with fields replaced (e.g. ``arch="llama"``)."""
     if name not in PROFILES:
@@ -128,6 +235,19 @@ def profile(name: str, **changes) -> TrainConfig:
     return PROFILES[name].replace(**changes) if changes else PROFILES[name]
 
 
-#: The paper's test perplexities in the large setting (12 layers, hidden 512). ProtoT's value is
-#: confirmed by an aggregator; DeltaNet's and LLaMA's come from the brief only; Mamba's is unknown.
-PAPER_LARGE_PPL: dict[str, float | None] = {"protot": 29.5, "deltanet": 31.5, "llama": 25.8, "mamba": None}
+#: The claims ledger's keys for the paper's test perplexity of each architecture in the large
+#: setting (12 layers, hidden 512). The paper gives no value for Mamba.
+PAPER_LARGE_PPL_CLAIMS: dict[str, str] = {"protot": "protot/ppl-protot-large", "llama": "protot/ppl-llama-large",
+                                          "deltanet": "protot/ppl-deltanet-large"}
+
+
+def paper_large_ppl(arch: str) -> float | None:
+    """The paper's large-setting test perplexity of ``arch``, read from papers/protot/claims.yaml
+    (the only place it is written); None for an architecture the paper gives no value for."""
+    if arch not in ARCHS:
+        raise ValueError(f"unknown architecture {arch!r}; valid: {', '.join(ARCHS)}")
+    if arch not in PAPER_LARGE_PPL_CLAIMS:
+        return None
+    from compendium import claims
+
+    return claims.get_claim(PAPER_LARGE_PPL_CLAIMS[arch]).paper_value

@@ -5,7 +5,13 @@ end-of-text token, and all documents are concatenated (in corpus order) into one
 saved as ``<cache>/tokens/<name>-<key>.npy``. The key hashes everything that determines the
 stream: the corpus files' bytes, the tokenizer file, the split rule and this module's format
 version. Changing any of them gives a new key, hence a rebuild; otherwise the cached file is
-memory-mapped and reused.
+memory-mapped and reused. The JSON beside each stream records the sha256 of the ``.npy`` file
+(``npy_sha256``); it is checked on every load, and a cache that does not match (a flipped token, a
+truncated file) or that has no recorded sha256 is rebuilt from the sources, with a warning.
+
+Only files listed in ``data/SHA256SUMS``, with the listed sha256, are read: an extra file that a
+training-mix pattern would match (e.g. ``corpus/en/openstax_extra.jsonl.gz``) or a modified one is
+refused (:class:`UnlistedDataError`) instead of silently changing what is trained on.
 
 Training reads the stream as non-overlapping blocks of ``context`` tokens. Which blocks form the
 batch of optimiser step ``s`` is a pure function of (seed, s): global sample ``g = s * B + j``
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -47,6 +54,48 @@ def file_sha256(path: Path) -> str:
     return _cached_file_sha256(str(path), st.st_mtime_ns, st.st_size)
 
 
+class UnlistedDataError(ValueError):
+    """A data file is not listed in data/SHA256SUMS, or differs from its listed sha256."""
+
+
+@lru_cache(maxsize=8)
+def _listed(sums_path: str, mtime_ns: int, size: int) -> dict[str, str]:
+    out = {}
+    for line in Path(sums_path).read_text().splitlines():
+        if not line.strip():
+            continue
+        digest, _, name = line.partition(" ")
+        name = name.lstrip(" *")
+        out[name[2:] if name.startswith("./") else name] = digest.lower()
+    return out
+
+
+def check_listed(files) -> None:
+    """Refuse data files that data/SHA256SUMS does not list, or whose sha256 differs from the listed one."""
+    root = paths.data_dir()
+    sums = root / "SHA256SUMS"
+    if not sums.is_file():
+        raise UnlistedDataError(f"{sums} is missing: it lists the data files that may be read. "
+                                "Restore it with `git checkout -- data/SHA256SUMS`.")
+    st = sums.stat()
+    listed = _listed(str(sums), st.st_mtime_ns, st.st_size)
+    for f in files:
+        f = Path(f)
+        try:
+            rel = f.relative_to(root).as_posix()
+        except ValueError:
+            rel = f.resolve().relative_to(root.resolve()).as_posix()
+        if rel not in listed:
+            raise UnlistedDataError(
+                f"data/{rel} is not listed in data/SHA256SUMS: it is not part of the compendium's data, and "
+                "reading it would change the training/evaluation text. Remove it (or, if it belongs, add it to "
+                "data/SHA256SUMS and data/MANIFEST.md).")
+        if file_sha256(f) != listed[rel]:
+            raise UnlistedDataError(
+                f"data/{rel} does not match its sha256 in data/SHA256SUMS (modified or damaged). Restore it "
+                f"with `git checkout -- data/{rel}` (`make check-data` checks every file).")
+
+
 def source_key(split: str, lang: str = "en", tokenizer_path: Path | None = None,
                validation_fraction: float = data.DEFAULT_VALIDATION_FRACTION) -> tuple[str, dict]:
     """(short key, description) identifying the token stream of ``split``; see the module doc."""
@@ -55,6 +104,7 @@ def source_key(split: str, lang: str = "en", tokenizer_path: Path | None = None,
         files = [data.data_file("corpus/en_eval_wikitext2_test.raw.gz")]
     else:
         files = data.corpus_files(lang)
+    check_listed(files)
     desc = {
         "format": FORMAT_VERSION,
         "split": split,
@@ -82,6 +132,35 @@ def _encode_stream(texts, tok, eos: int | None) -> tuple[np.ndarray, int]:
     return stream, n_bytes
 
 
+def _load_cached(npy: Path, meta: Path) -> np.ndarray | None:
+    """The memory-mapped cached stream when it matches the sha256 in its JSON; None to rebuild."""
+    if not (npy.exists() and meta.exists()):
+        return None
+    try:
+        want = json.loads(meta.read_text()).get("npy_sha256")
+    except (OSError, ValueError, AttributeError):
+        want = None
+    if want is None:
+        warnings.warn(f"token cache {npy.name} has no recorded sha256 (written by an older version, or its "
+                      f"{meta.name} is unreadable): rebuilding it from the sources", stacklevel=3)
+        return None
+    if _file_sha256(npy) != want:
+        warnings.warn(f"token cache {npy} does not match the sha256 recorded in {meta.name} (corrupted or "
+                      "modified): rebuilding it from the sources", stacklevel=3)
+        return None
+    return np.load(npy, mmap_mode="r")
+
+
+def _store(npy: Path, meta: Path, stream: np.ndarray, info: dict) -> np.ndarray:
+    """Write ``stream`` and its JSON (with the file's sha256) atomically; return the memory map."""
+    with atomic.atomic_path(npy) as tmp:
+        with open(tmp, "wb") as fh:
+            np.save(fh, stream)
+        digest = _file_sha256(tmp)
+    atomic.write_json(meta, {**info, "npy_sha256": digest})
+    return np.load(npy, mmap_mode="r")
+
+
 def token_stream(split: str, lang: str = "en", tokenizer_path: Path | None = None,
                  validation_fraction: float = data.DEFAULT_VALIDATION_FRACTION,
                  cache: Path | None = None) -> np.ndarray:
@@ -94,8 +173,9 @@ def token_stream(split: str, lang: str = "en", tokenizer_path: Path | None = Non
     folder = Path(cache) if cache is not None else paths.cache_dir() / "tokens"
     name = f"{split}-{lang}-{key}"
     npy, meta = folder / f"{name}.npy", folder / f"{name}.json"
-    if npy.exists() and meta.exists():
-        return np.load(npy, mmap_mode="r")
+    cached = _load_cached(npy, meta)
+    if cached is not None:
+        return cached
     tok = tk.load_tokenizer(tokenizer_path)
     if tok.get_vocab_size() > 65535:
         raise ValueError("uint16 token streams need a vocabulary of at most 65535 tokens")
@@ -105,11 +185,7 @@ def token_stream(split: str, lang: str = "en", tokenizer_path: Path | None = Non
     else:
         docs = data.load_corpus(split, lang, validation_fraction=validation_fraction)
         stream, n_bytes = _encode_stream(docs["text"], tok, eos=tk.eos_id(tok))
-    with atomic.atomic_path(npy) as tmp:
-        with open(tmp, "wb") as fh:
-            np.save(fh, stream)
-    atomic.write_json(meta, {**desc, "tokens": int(stream.size), "bytes": int(n_bytes)})
-    return np.load(npy, mmap_mode="r")
+    return _store(npy, meta, stream, {**desc, "tokens": int(stream.size), "bytes": int(n_bytes)})
 
 
 def stream_info(split: str, lang: str = "en", tokenizer_path: Path | None = None,
@@ -138,8 +214,9 @@ def fineweb_stream(split: str, max_tokens: int, *, name: str = "sample-10BT",
     key = hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
     folder = Path(cache) if cache is not None else paths.cache_dir() / "tokens"
     npy, meta = folder / f"fineweb-{split}-{key}.npy", folder / f"fineweb-{split}-{key}.json"
-    if npy.exists() and meta.exists():
-        return np.load(npy, mmap_mode="r")
+    cached = _load_cached(npy, meta)
+    if cached is not None:
+        return cached
     try:
         docs = data.load_fineweb_edu(name=name, split="train", streaming=True)
     except Exception as e:  # offline: the Hub is unreachable
@@ -169,11 +246,7 @@ def fineweb_stream(split: str, max_tokens: int, *, name: str = "sample-10BT",
                 break
     if texts and n < max_tokens:
         flush()
-    with atomic.atomic_path(npy) as tmp:
-        with open(tmp, "wb") as fh:
-            np.save(fh, out[:n])
-    atomic.write_json(meta, {**desc, "tokens": int(n), "bytes": int(n_bytes)})
-    return np.load(npy, mmap_mode="r")
+    return _store(npy, meta, out[:n], {**desc, "tokens": int(n), "bytes": int(n_bytes)})
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,21 @@ evaluation); checkpoints to ``<out>/checkpoints`` (see :mod:`protot.train.checkp
 Exact resume: the batch of step ``s`` is a pure function of (seed, s) (:class:`packing.BatchSchedule`),
 the learning rate is a pure function of ``s``, and the checkpoint restores weights, AdamW moments
 and generator states, so on the CPU a run killed at any step and resumed from its last checkpoint
-reproduces the uninterrupted run's losses bit for bit.
+reproduces the uninterrupted run's losses bit for bit. Each step's metrics line records
+``batch_sha1``, a fingerprint of the block ids it trained on.
+
+Resume from a snapshot (``snapshot=models/NAME``, when the run folder is gone): the snapshot's
+float16 weights, a fresh AdamW, the schedule positioned at the snapshot's step with a linear
+re-warm-up over ``rewarm_steps`` steps, and the same data order (batches continue at that step,
+none repeats). The event is appended to ``budget_history`` (checkpoints, config.json and the next
+snapshot's MANIFEST.json), and later exact resumes keep the re-warm-up's ramp.
+
+``--out`` must be new, empty or a run of this trainer, and outside models/, papers/ and data/
+(:func:`check_out_dir`): a run never overwrites committed files.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -24,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from compendium import atomic, provenance
+from compendium import atomic, paths, provenance
 from protot.train import checkpoint, evaluate, packing
 from protot.train import tokenizer as tk
 from protot.train.config import TrainConfig
@@ -36,12 +47,67 @@ _HF_LLAMA_SIZES = {
 }
 
 
+class OutDirError(ValueError):
+    """The --out folder is not a place a run may write to."""
+
+
+#: Folders of the repository a run never writes into (committed models, papers' results, data).
+PROTECTED_DIRS = ("models", "papers", "data")
+
+
+def _is_run_dir(out: Path) -> bool:
+    """Whether ``out`` holds a run of this trainer (its metrics, checkpoints or run config)."""
+    if (out / "metrics.jsonl").is_file() or (out / "checkpoints").is_dir():
+        return True
+    try:
+        conf = json.loads((out / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(conf, dict) and "train" in conf and "provenance" in conf
+
+
+def check_out_dir(out: str | Path) -> None:
+    """Refuse an ``out`` that is not a new/empty folder or a run of this trainer (:class:`OutDirError`).
+
+    Also refused: any folder inside the repository's models/, papers/ or data/ (or the folder named by
+    PROTOT_MODELS), where a run would overwrite committed files. Only rank 0 checks (under DDP the
+    other ranks would race with its first writes).
+    """
+    if os.environ.get("RANK", "0") != "0":
+        return
+    out = Path(out)
+    target = out.resolve()
+    root = paths.repo_root()
+    protected = [root / d for d in PROTECTED_DIRS] + [paths.data_dir()]
+    if os.environ.get("PROTOT_MODELS"):
+        protected.append(Path(os.environ["PROTOT_MODELS"]).resolve())
+    for folder in protected:
+        if target == folder or folder in target.parents:
+            raise OutDirError(
+                f"--out {out} is inside {folder.name}/, which holds committed files; a run writes "
+                "metrics, checkpoints and config.json there. Use a folder under .cache/runs/ (e.g. "
+                f"--out .cache/runs/{target.name}); export a finished run with "
+                "`python -m protot.train.pretrained export RUN NAME`.")
+    if target.exists() and not target.is_dir():
+        raise OutDirError(f"--out {out} is a file, not a folder")
+    if target.is_dir() and any(target.iterdir()) and not _is_run_dir(target):
+        names = sorted(p.name for p in target.iterdir())
+        raise OutDirError(
+            f"--out {out} is not empty and is not a training run (no metrics.jsonl or checkpoints/; it "
+            f"holds {', '.join(names[:5])}{', ...' if len(names) > 5 else ''}); a run would overwrite its "
+            "config.json. Use a new folder.")
+
+
 def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
     """Seeded, freshly initialised model for ``cfg``.
 
     ``arch="hf-llama"`` is transformers' own LlamaForCausalLM (a reference and test fixture that
     does not depend on protot.models); the four paper architectures come from protot.models.
+    Overrides that name no field of the model config (or have the wrong type) raise ValueError.
     """
+    from protot.train.config import check_model_overrides
+
+    check_model_overrides(cfg.arch, cfg.model_overrides)
     torch.manual_seed(cfg.seed)
     overrides = dict(cfg.model_overrides)
     overrides.setdefault("max_position_embeddings", cfg.context)
@@ -56,13 +122,84 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
     return _build(cfg.arch, cfg.size, vocab_size, **overrides)
 
 
-def lr_at(cfg: TrainConfig, step: int) -> float:
-    """Learning rate of optimiser step ``step`` (0-based): linear warm-up, cosine to min_lr_ratio * lr."""
+def lr_at(cfg: TrainConfig, step: int, rewarm: tuple[int, int] | None = None) -> float:
+    """Learning rate of optimiser step ``step`` (0-based): linear warm-up, cosine to min_lr_ratio * lr.
+
+    ``rewarm = (start, n)``: the run continued from a snapshot at step ``start`` with a fresh
+    optimiser; the scheduled rate is ramped linearly over steps start .. start + n - 1.
+    """
     if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
-    floor = cfg.lr * cfg.min_lr_ratio
-    return floor + 0.5 * (cfg.lr - floor) * (1.0 + math.cos(math.pi * progress))
+        lr = cfg.lr * (step + 1) / cfg.warmup_steps
+    else:
+        progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
+        floor = cfg.lr * cfg.min_lr_ratio
+        lr = floor + 0.5 * (cfg.lr - floor) * (1.0 + math.cos(math.pi * progress))
+    if rewarm is not None and step >= rewarm[0]:
+        lr *= min(1.0, (step - rewarm[0] + 1) / max(1, rewarm[1]))
+    return lr
+
+
+SNAPSHOT_EVENT = "resumed-from-snapshot"
+
+
+def rewarm_from(budget_history: list[dict]) -> tuple[int, int] | None:
+    """(start step, steps) of the latest re-warm-up recorded in ``budget_history``, if any."""
+    events = [h for h in budget_history if h.get("event") == SNAPSHOT_EVENT]
+    return (int(events[-1]["step"]), int(events[-1]["rewarm_steps"])) if events else None
+
+
+def batch_fingerprint(ids: np.ndarray) -> str:
+    """Short sha1 of a step's global block ids (in metrics.jsonl: which data a step trained on)."""
+    return hashlib.sha1(np.ascontiguousarray(ids, dtype=np.int64).tobytes()).hexdigest()[:12]
+
+
+def _snapshot_folder(snapshot: str | Path) -> Path:
+    folder = Path(snapshot)
+    if (folder / "MANIFEST.json").is_file():
+        return folder
+    from protot.train import pretrained
+
+    alt = pretrained.models_dir() / folder.name
+    if (alt / "MANIFEST.json").is_file():
+        return alt
+    raise FileNotFoundError(f"snapshot {snapshot} not found (no {folder / 'MANIFEST.json'}); "
+                            f"snapshots: {pretrained.available() or 'none'}")
+
+
+def load_snapshot(snapshot: str | Path, model: torch.nn.Module, cfg: TrainConfig, expect: dict, *,
+                  retarget_budget: bool = False, device="cpu") -> dict:
+    """Load a snapshot's (float16) weights into ``model`` after checking that it belongs to this run.
+
+    Returns its MANIFEST.json. Raises CheckpointMismatchError when its config identity (tokens
+    excepted under ``retarget_budget``), tokenizer or data differ, CorruptCheckpointError when its
+    weights do not match the manifest's sha256.
+    """
+    from safetensors.torch import load_model
+
+    folder = _snapshot_folder(snapshot)
+    man = json.loads((folder / "MANIFEST.json").read_text())
+    weights = folder / "model.safetensors"
+    if not weights.is_file() or checkpoint._sha256(weights) != man.get("weights_sha256"):
+        raise checkpoint.CorruptCheckpointError(
+            f"snapshot {folder}: model.safetensors is missing or does not match the sha256 in its MANIFEST.json")
+    saved = TrainConfig.from_dict(man["train_config"]).identity()
+    want = dict(expect["identity"])
+    if retarget_budget:
+        want["tokens"] = saved.get("tokens")
+    problems = [f"identity.{d}" for d in checkpoint._diff(saved, want)]
+    if man.get("tokenizer", {}).get("sha256") != expect["tokenizer_sha256"]:
+        problems.append("tokenizer_sha256: snapshot and run differ")
+    if man.get("data", {}).get("data_key") != expect["data_key"]:
+        problems.append(f"data_key: snapshot {man.get('data', {}).get('data_key')!r} != run {expect['data_key']!r}")
+    if problems:
+        raise checkpoint.CheckpointMismatchError(
+            f"snapshot {folder} belongs to a different run:\n  " + "\n  ".join(problems)
+            + "\nUse the command in its MANIFEST.json (resume_command).")
+    try:
+        load_model(model, str(weights), strict=True, device=str(device))
+    except (RuntimeError, KeyError) as e:
+        raise checkpoint.CheckpointMismatchError(f"snapshot {folder}: weights do not fit this model: {e}") from None
+    return {**man, "_folder": str(folder)}
 
 
 def make_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.AdamW:
@@ -131,7 +268,8 @@ def read_metrics(out: str | Path) -> list[dict]:
 
 def train(cfg: TrainConfig, out: str | Path, *, resume: bool = False, device: str | None = None,
           max_steps: int | None = None, progress: bool = True, threads: int | None = None,
-          final_eval: bool = False, retarget_budget: bool = False, _kill_at_step: int | None = None) -> dict:
+          final_eval: bool = False, retarget_budget: bool = False, snapshot: str | Path | None = None,
+          rewarm_steps: int = 50, _kill_at_step: int | None = None) -> dict:
     """Train ``cfg`` into folder ``out``; return a summary dict (also written to ``summary.json``).
 
     ``resume``: continue from the latest checkpoint in ``out`` (start fresh if there is none).
@@ -140,9 +278,16 @@ def train(cfg: TrainConfig, out: str | Path, *, resume: bool = False, device: st
     ``retarget_budget``: on resume, accept a checkpoint whose token budget differs from ``cfg.tokens``
     (the cosine schedule is re-planned for the new budget from the checkpoint's step on; the change
     is recorded as ``budget_history`` in the checkpoints and config.json). Nothing else may differ.
+    ``snapshot``: a snapshot folder (models/NAME) to continue from when ``out`` holds no checkpoint
+    (implies ``resume``); fresh AdamW, learning rate re-warmed over ``rewarm_steps`` steps.
     ``_kill_at_step``: testing hook, SIGKILLs this process right after that step.
     """
     out = Path(out)
+    if snapshot is not None:
+        resume = True
+        if rewarm_steps < 1:
+            raise ValueError(f"rewarm_steps must be at least 1, got {rewarm_steps}")
+    check_out_dir(out)
     if threads:
         torch.set_num_threads(threads)
     rank, world, dev, distributed = _dist_setup(device)
@@ -177,8 +322,27 @@ def train(cfg: TrainConfig, out: str | Path, *, resume: bool = False, device: st
     budget_history: list[dict] = []
     if not resume and checkpoint.latest(out) is not None:
         raise checkpoint.CheckpointError(f"{out} already holds checkpoints; pass resume=True (--resume) or use a new folder")
+    if resume and master:
+        checkpoint.clean_stale(out)
     ckpt = checkpoint.latest(out) if resume else None
-    if ckpt is not None:
+    resumed_step = None
+    if ckpt is None and snapshot is not None:
+        man = load_snapshot(snapshot, model, cfg, expect, retarget_budget=retarget_budget, device=dev)
+        start = resumed_step = int(man["steps"])
+        old_tokens = man["train_config"]["tokens"]
+        budget_history = list(man.get("budget_history", []))
+        if old_tokens != cfg.tokens:
+            budget_history.append({"step": start, "from_tokens": old_tokens, "to_tokens": cfg.tokens})
+        folder = Path(man["_folder"])
+        try:
+            shown = folder.resolve().relative_to(paths.repo_root()).as_posix()
+        except ValueError:
+            shown = str(folder)
+        budget_history.append({"step": start, "event": SNAPSHOT_EVENT, "snapshot": shown,
+                               "snapshot_weights_sha256": man["weights_sha256"], "optimizer": "fresh AdamW",
+                               "rewarm_steps": int(rewarm_steps), "from_tokens": cfg.tokens, "to_tokens": cfg.tokens})
+        torch.manual_seed(cfg.seed * 1_000_003 + start)  # no RNG state in a snapshot: a fixed one per step
+    elif ckpt is not None:
         want = expect
         if retarget_budget:
             saved = checkpoint.verify(ckpt)
@@ -188,14 +352,15 @@ def train(cfg: TrainConfig, out: str | Path, *, resume: bool = False, device: st
             if old_tokens != cfg.tokens:
                 budget_history.append({"step": saved["step"], "from_tokens": old_tokens, "to_tokens": cfg.tokens})
         state = checkpoint.load(ckpt, model, optimizer, want, device=dev)
-        start = state["step"]
+        start = resumed_step = state["step"]
         budget_history = budget_history or list(state.get("budget_history", []))
+    rewarm = rewarm_from(budget_history)
     out.mkdir(parents=True, exist_ok=True)
     if master:
         atomic.write_json(out / "config.json", {"train": cfg.to_dict(), "model": model.config.to_dict(),
                                                 "world_size": world, "budget_history": budget_history,
                                                 "provenance": provenance.describe()})
-    log = MetricsLog(out / "metrics.jsonl", start if ckpt is not None else None, enabled=master)
+    log = MetricsLog(out / "metrics.jsonl", resumed_step, enabled=master)
 
     net = model
     if distributed:
@@ -223,10 +388,11 @@ def train(cfg: TrainConfig, out: str | Path, *, resume: bool = False, device: st
     t0 = time.time()
     val_loss = None
     for step in range(start, last):
-        lr = lr_at(cfg, step)
+        lr = lr_at(cfg, step, rewarm)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        ids = schedule.block_ids(step)[rank * per_rank : (rank + 1) * per_rank]  # this rank's sequences
+        step_ids = schedule.block_ids(step)
+        ids = step_ids[rank * per_rank : (rank + 1) * per_rank]  # this rank's sequences
         loss_sum = torch.zeros((), device=dev)
         for m in range(cfg.grad_accum):
             x = packing.gather(train_stream, ids[m * micro : (m + 1) * micro], cfg.context).to(dev)  # (b, T)
@@ -247,7 +413,8 @@ def train(cfg: TrainConfig, out: str | Path, *, resume: bool = False, device: st
             raise FloatingPointError(f"loss became {step_loss} at step {step + 1}")
         done = step + 1
         log.write(step=done, tokens=done * cfg.tokens_per_step, loss=step_loss, lr=lr,
-                  grad_norm=float(grad_norm), elapsed_s=round(time.time() - t0, 3))
+                  grad_norm=float(grad_norm), elapsed_s=round(time.time() - t0, 3),
+                  batch_sha1=batch_fingerprint(step_ids))
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{step_loss:.3f}", refresh=False)
