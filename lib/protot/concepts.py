@@ -443,7 +443,7 @@ def target_probs(model, contexts: torch.Tensor, target: int, batch_size: int = 1
     out = []
     try:
         for a in range(0, contexts.shape[0], batch_size):
-            logits = model(contexts[a : a + batch_size].to(dev), use_cache=False).logits[:, -1].double()
+            logits = model(contexts[a : a + batch_size].to(dev), use_cache=False, logits_to_keep=1).logits[:, -1].double()
             out.append(torch.softmax(logits, -1)[:, target].cpu())
     finally:
         model.train(was_training)
@@ -494,3 +494,406 @@ def bootstrap_change(p0: np.ndarray, p1: np.ndarray, n_boot: int = 2000, seed: i
     ch = 100.0 * (p1[idx].mean(1) / p0[idx].mean(1) - 1.0)
     lo, hi = np.quantile(ch, [(1 - level) / 2, 1 - (1 - level) / 2])
     return float(lo), float(hi)
+
+
+# -- the women ablation as claims measurements ----------------------------------------------------------
+def drop_pct(p0: np.ndarray, p1: np.ndarray) -> float:
+    """Relative drop of the mean probability, % (positive: p went down): 100 (1 - mean p1 / mean p0)."""
+    return float(100.0 * (1.0 - np.mean(p1) / np.mean(p0)))
+
+
+def mask_scan(model, contexts: torch.Tensor, target: int, candidates: list[tuple[int, int]], *,
+              batch_size: int = 16, progress: bool = False) -> pd.DataFrame:
+    """Drop of mean p(target) on ``contexts`` (%) when each (layer, prototype) of ``candidates`` is
+    masked (both gates), one at a time. Columns layer, prototype, p_mean, drop_pct; largest drop first."""
+    from tqdm.auto import tqdm
+
+    p0 = target_probs(model, contexts, target, batch_size)
+    rows = []
+    for layer, k in tqdm(candidates, desc="mask scan", leave=False, disable=not progress):
+        with edited(model, Edit("mask", layer, k)):
+            p = target_probs(model, contexts, target, batch_size)
+        rows.append({"layer": int(layer), "prototype": int(k), "p_mean": float(p.mean()), "drop_pct": drop_pct(p0, p)})
+    df = pd.DataFrame(rows)
+    return df.sort_values("drop_pct", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def selectivity_candidates(stats: GateStats, tokenizer, word: str, n: int | None) -> list[tuple[int, int]]:
+    """(layer, prototype) pairs to scan: all of them when ``n`` is None, else the union of the n/2
+    most write-selective for ``word`` (gates at the word) and the n/2 most read-selective just
+    before it (gates at the positions whose next token is the word), in that order, no repeats."""
+    L, R = stats.layers, stats.prototypes
+    if n is None or n >= L * R:
+        return [(l, k) for l in range(L) for k in range(R)]
+    if n < 2:
+        raise ValueError(f"need at least 2 candidates, got {n}")
+    w = find_prototype(None, tokenizer, word, stats=stats, gate="write", min_count=1).table
+    r = find_prototype(None, tokenizer, word, stats=stats, gate="read", next_token=True, min_count=1).table
+    out: list[tuple[int, int]] = []
+    for table in (w, r):
+        for row in table.itertuples():
+            if len(out) >= (n // 2 if table is w else n):
+                break
+            key = (int(row.layer), int(row.prototype))
+            if key not in out:
+                out.append(key)
+    return out
+
+
+@torch.no_grad()
+def measure_women_ablation(model, tokenizer, train_stream: np.ndarray, val_stream: np.ndarray, *,
+                           word: str = " women", other_words=(" men", " he", " she"),
+                           select_windows: int = 64, select_context: int = 64, candidates: int | None = None,
+                           context: int = 128, max_contexts: int | None = None, other_contexts: int = 48,
+                           n_controls: int | None = 5, n_random: int = 12, reinit_seeds=(0,),
+                           ppl_blocks: int = 16, ppl_context: int = 256, effect_context: int = 128,
+                           short: int = 8, n_boot: int = 2000, seed: int = 0, model_name: str = "",
+                           batch_size: int = 16):
+    """The two women-ablation claims as :class:`compendium.claims.Measurement` objects
+    (``protot/women-prototype-ablation``, ``protot/women-ablation-ppl``).
+
+    1. *Selection* (training split): windows of ``select_context`` tokens before ``select_windows``
+       occurrences of ``word``; every (layer, prototype) is masked in turn (``candidates=None``), or
+       the ``candidates`` most selective ones (:func:`selectivity_candidates`); the prototype whose
+       mask lowers mean p(word) most is selected.
+    2. *Judgement* (validation split): contexts of ``context`` tokens before every occurrence of
+       ``word`` (at most ``max_contexts``). drop_pct: relative drop of mean p(word) under the mask,
+       with a bootstrap interval (ci_low_pct, ci_high_pct); the same for each reinitialisation
+       seed (evidence). specificity_margin: drop_pct minus the largest drop of p(w) for w in
+       ``other_words`` (``other_contexts`` validation contexts each) under the same mask.
+       control_margin: drop_pct minus the largest drop under masks of ``n_controls`` other
+       prototypes of the selected layer (None: all). target_vs_random: drop_pct minus the 95th
+       percentile of the drops under ``n_random`` random single-prototype masks (drawn over all
+       layers, the selected one excluded). ppl_change_pct_abs: |perplexity change| (%) under the
+       mask over ``ppl_blocks`` validation blocks of ``ppl_context`` tokens.
+    3. *Power*: context_effect_nats, :func:`protot.context_use.target_context_effect` of ``word``
+       with ``effect_context`` vs the last ``short`` tokens (validation).
+    """
+    from compendium import claims
+    from protot import context_use as cu
+
+    if n_random < 1:
+        raise ValueError(f"n_random must be >= 1, got {n_random}")
+    rng = np.random.default_rng(seed)
+    tid = token_id(tokenizer, word)
+    L, R = model.config.num_hidden_layers, model.config.num_prototypes
+
+    # 1. selection on training contexts
+    sel_ctx = windows_at(train_stream, tid, select_context, where="before", max_windows=select_windows, seed=seed)
+    if len(sel_ctx) < 8:
+        raise ValueError(f"{word!r} has only {len(sel_ctx)} training contexts of {select_context} tokens; need >= 8")
+    stats = collect_gates(model, sel_ctx, batch_size=batch_size)
+    cand = selectivity_candidates(stats, tokenizer, word, candidates)
+    scan = mask_scan(model, sel_ctx, tid, cand, batch_size=batch_size)
+    layer, k = int(scan.layer.iloc[0]), int(scan.prototype.iloc[0])
+
+    # 2. judgement on validation contexts
+    ctx = windows_at(val_stream, tid, context, where="before", max_windows=max_contexts, seed=seed)
+    if len(ctx) < 10:
+        raise ValueError(f"{word!r} has only {len(ctx)} validation contexts of {context} tokens; need >= 10")
+    others = [j for j in range(R) if j != k]
+    controls = others if n_controls is None else sorted(rng.choice(others, size=min(n_controls, len(others)),
+                                                                   replace=False).tolist())
+    pool = [(l, j) for l in range(L) for j in range(R) if (l, j) != (layer, k)]
+    rand = [pool[i] for i in sorted(rng.choice(len(pool), size=min(n_random, len(pool)), replace=False))]
+    sel_edits = [Edit("mask", layer, k, name="selected: mask")]
+    sel_edits += [Edit("reinit", layer, k, seed=s, name=f"selected: reinit seed {s}") for s in reinit_seeds]
+    main = ablation(model, ctx, tid, sel_edits, ppl_stream=val_stream, ppl_context=ppl_context, ppl_blocks=ppl_blocks,
+                    batch_size=batch_size, keep_probs=True)
+    ctrl_edits = [Edit("mask", layer, j, name=f"control L{layer} P{j}") for j in controls]
+    rand_edits = [Edit("mask", l, j, name=f"random L{l} P{j}") for l, j in rand]
+    other = ablation(model, ctx, tid, ctrl_edits + rand_edits, batch_size=batch_size, keep_probs=True).iloc[1:]
+    p0 = main["probs"][0]
+    main["drop_pct"] = [drop_pct(p0, p) for p in main["probs"]]
+    other["drop_pct"] = [drop_pct(p0, p) for p in other["probs"]]
+    cis = [bootstrap_change(p0, p, seed=seed, n_boot=n_boot) for p in main["probs"]]
+    main["drop_ci_low"], main["drop_ci_high"] = [-c[1] for c in cis], [-c[0] for c in cis]
+    mask_row = main[main["kind"] == "mask"].iloc[0]
+    drop = float(mask_row["drop_pct"])
+    ctrl_drops = other.iloc[:len(ctrl_edits)]["drop_pct"].to_numpy()
+    rand_drops = other.iloc[len(ctrl_edits):]["drop_pct"].to_numpy()
+
+    spec_rows = []
+    for w in other_words:
+        wid = token_id(tokenizer, w)
+        wctx = windows_at(val_stream, wid, context, where="before", max_windows=other_contexts, seed=seed)
+        if len(wctx) < 5:
+            raise ValueError(f"{w!r} has only {len(wctx)} validation contexts; need >= 5")
+        d = ablation(model, wctx, wid, sel_edits[:1], batch_size=batch_size)
+        spec_rows.append({"word": w, "contexts": len(wctx), "p_intact": float(d["p_mean"].iloc[0]),
+                          "p_masked": float(d["p_mean"].iloc[1]), "drop_pct": float(-d["p_change_pct"].iloc[1])})
+    spec = pd.DataFrame(spec_rows)
+
+    # 3. power
+    eff_df, eff, eff_ci = cu.target_context_effect(model, val_stream, tokenizer, word, context=effect_context,
+                                                   short=short, max_contexts=None, batch_size=batch_size,
+                                                   n_boot=n_boot, seed=seed)
+
+    p95 = float(np.quantile(rand_drops, 0.95))
+    ppl_change = float(mask_row["ppl_change_pct"])
+    reinit = main[main["kind"] == "reinit"]
+    common_values = {"context_effect_nats": eff, "drop_pct": drop}
+    common_evidence = {
+        "selected": f"L{layer} P{k}", "selected_train_drop_pct": float(scan.drop_pct.iloc[0]),
+        "runner_up": f"L{int(scan.layer.iloc[1])} P{int(scan.prototype.iloc[1])}" if len(scan) > 1 else "",
+        "runner_up_train_drop_pct": float(scan.drop_pct.iloc[1]) if len(scan) > 1 else float("nan"),
+        "candidates_scanned": len(cand), "selection_contexts": len(sel_ctx), "validation_contexts": len(ctx),
+        "p_intact": float(np.mean(p0)), "p_masked": float(mask_row["p_mean"]),
+        "context_effect_ci_low": eff_ci[0], "context_effect_ci_high": eff_ci[1],
+        "logp_full": float(eff_df.logp_full.mean()), "logp_short": float(eff_df.logp_short.mean()),
+        "p_full_mean": float(np.exp(eff_df.logp_full).mean()), "p_short_mean": float(np.exp(eff_df.logp_short).mean()),
+        "context_effect_occurrences": len(eff_df),
+    }
+    config = {"model": model_name, "word": word, "other_words": list(other_words), "select_windows": select_windows,
+              "select_context": select_context, "candidates": "all" if candidates is None else candidates,
+              "context": context, "max_contexts": max_contexts, "other_contexts": other_contexts,
+              "controls": [int(j) for j in controls], "random_masks": [f"L{l} P{j}" for l, j in rand],
+              "reinit_seeds": list(reinit_seeds), "ppl_blocks": ppl_blocks, "ppl_context": ppl_context,
+              "effect_context": effect_context, "short": short, "n_boot": n_boot, "seed": seed}
+    edits_table = pd.concat([main.drop(columns=["probs"]).assign(group="selected"),
+                             other.drop(columns=["probs"]).assign(
+                                 group=["control"] * len(ctrl_edits) + ["random"] * len(rand_edits))],
+                            ignore_index=True)
+    ablation_m = claims.Measurement(
+        claim="protot/women-prototype-ablation",
+        values={**common_values, "ci_low_pct": float(mask_row["drop_ci_low"]), "ci_high_pct": float(mask_row["drop_ci_high"]),
+                "specificity_margin": drop - float(spec["drop_pct"].max()),
+                "control_margin": drop - float(ctrl_drops.max())},
+        evidence={**common_evidence, "reinit_drop_pct": [float(x) for x in reinit["drop_pct"]],
+                  "control_drops_pct": [float(x) for x in ctrl_drops],
+                  "other_word_drops_pct": {r.word: r.drop_pct for r in spec.itertuples()}},
+        tables={"women_selection_scan": scan, "women_ablation_edits": edits_table, "women_ablation_specificity": spec},
+        config=config)
+    ppl_m = claims.Measurement(
+        claim="protot/women-ablation-ppl",
+        values={**common_values, "ppl_change_pct_abs": abs(ppl_change), "ppl_change_pct": ppl_change,
+                "target_vs_random": drop - p95},
+        evidence={**common_evidence, "random_drops_pct": [float(x) for x in rand_drops], "random_p95_pct": p95,
+                  "ppl_intact": float(main["ppl"].iloc[0]), "ppl_masked": float(mask_row["ppl"]),
+                  "reinit_ppl_change_pct": [float(x) for x in reinit["ppl_change_pct"]]},
+        tables={"women_ablation_ppl": main.drop(columns=["probs"])},
+        config=config)
+    return ablation_m, ppl_m
+
+
+# -- concept null with matched gate sharpness, and semantic coherence -------------------------------------
+REFERENCE_MODEL = "gemma-3-270m"
+
+
+@torch.no_grad()
+def mean_gate_entropy(model, ids: torch.Tensor, batch_size: int = 8) -> dict[str, float]:
+    """Mean entropy (nats) of the write and read gates over prototypes, averaged over every layer and
+    position of ``ids`` (N, T): {"write": ..., "read": ...}."""
+    was = model.training
+    model.eval()
+    dev = next(model.parameters()).device
+    tot = {"write": 0.0, "read": 0.0}
+    n = 0
+    try:
+        for a in range(0, ids.shape[0], batch_size):
+            out = model(ids[a:a + batch_size].to(dev), use_cache=False, output_gates=True, logits_to_keep=1)
+            for g in out.gates:
+                for kind in tot:
+                    p = g[f"{kind}_gate"].double()
+                    tot[kind] += float(-(p * torch.log(p.clamp_min(1e-300))).sum(-1).sum())
+            n += ids[a:a + batch_size].numel() * len(out.gates)
+    finally:
+        model.train(was)
+    return {k: v / n for k, v in tot.items()}
+
+
+def _search_temperature(model, ids, kind: str, target: float, lo: float = 1e-3, hi: float = 1e2,
+                        tol: float = 0.005, max_iter: int = 24) -> float:
+    """Bisection on log temperature of ``kind`` ("write"/"read") until the mean gate entropy is within
+    ``tol`` (relative) of ``target``; deterministic. Returns the temperature (set on model.config)."""
+    attr = f"{kind}_temperature"
+    a, b = math.log(lo), math.log(hi)
+    for _ in range(max_iter):
+        mid = 0.5 * (a + b)
+        setattr(model.config, attr, math.exp(mid))
+        h = mean_gate_entropy(model, ids)[kind]
+        if abs(h / target - 1.0) <= tol:
+            break
+        if h > target:     # too flat: lower the temperature
+            b = mid
+        else:
+            a = mid
+    return float(getattr(model.config, attr))
+
+
+@dataclass
+class MatchedNull:
+    model: torch.nn.Module
+    seed: int
+    write_temperature: float
+    read_temperature: float
+    entropy: dict          # mean gate entropies on the search sample after matching
+
+
+def matched_null(trained, seed: int, search_ids: torch.Tensor, target: dict | None = None, *,
+                 tol: float = 0.005, rounds: int = 2) -> MatchedNull:
+    """An untrained ProtoT with ``trained``'s config (weights drawn with torch seed ``seed``) whose
+    write and read temperatures are set by 1-D searches (bisection on log temperature, write then
+    read, repeated up to ``rounds`` times) so that its mean write / read gate entropies on
+    ``search_ids`` match ``target`` (default: ``trained``'s on the same ids) within ``tol``."""
+    import copy
+
+    target = target or mean_gate_entropy(trained, search_ids)
+    cfg = copy.deepcopy(trained.config)
+    rng_state = torch.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        null = type(trained)(cfg).to(next(trained.parameters()).device).eval()
+    finally:
+        torch.set_rng_state(rng_state)
+    for _ in range(rounds):
+        for kind in ("write", "read"):
+            _search_temperature(null, search_ids, kind, target[kind], tol=tol)
+        h = mean_gate_entropy(null, search_ids)
+        if all(abs(h[k] / target[k] - 1.0) <= tol for k in ("write", "read")):
+            break
+    return MatchedNull(null, seed, float(cfg.write_temperature), float(cfg.read_temperature), h)
+
+
+@dataclass
+class ReferenceEmbeddings:
+    """Input embeddings, in an independent model, of our token types that are one token there.
+    ``ours``: our token ids (sorted); ``vectors``: (n, d) rows, centred (the mean over the ``n``
+    rows subtracted) and L2-normalised, so a dot product is a centred cosine similarity."""
+    name: str
+    ours: np.ndarray
+    theirs: np.ndarray
+    vectors: np.ndarray
+
+    def index(self) -> dict[int, int]:
+        return {int(t): i for i, t in enumerate(self.ours)}
+
+
+def reference_embeddings(tokenizer, name: str = REFERENCE_MODEL) -> ReferenceEmbeddings:
+    """Map our token types to ``name``'s (Gemma-3-270M's) input embeddings, offline.
+
+    Each of our ids is decoded to its string and encoded by the reference tokenizer without special
+    tokens; only strings that are exactly one reference token are kept (the others, and our special
+    tokens, are left out). Loads the reference model's cached folder (converted once by
+    :func:`accpp.models.load_model`, which says how to install it when missing), reads only its
+    embedding matrix, and caches the mapped rows under ``<cache>/concepts/``.
+    """
+    from compendium import paths
+    from protot.train import tokenizer as tk
+
+    cache = paths.cache_dir() / "concepts" / f"{name}-embed-{tk.tokenizer_hash()[:16]}.npz"
+    if cache.exists():
+        z = np.load(cache)
+        return ReferenceEmbeddings(name, z["ours"], z["theirs"], z["vectors"])
+    from accpp import models as am
+    from safetensors import safe_open
+    from transformers import AutoTokenizer
+
+    folder = am.cached_folder(name)
+    if not (folder / "config.json").exists():
+        am.load_model(name)                      # converts once (raises ModelNotInstalled with the install line)
+    ref_tok = AutoTokenizer.from_pretrained(folder)
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    ours, theirs = [], []
+    for i in range(len(tokenizer)):
+        if i in special:
+            continue
+        s = tokenizer.decode([i])
+        if not s or "\ufffd" in s:
+            continue
+        enc = ref_tok.encode(s, add_special_tokens=False)
+        if len(enc) == 1:
+            ours.append(i)
+            theirs.append(enc[0])
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        key = next(k for k in f.keys() if k.endswith("embed_tokens.weight"))
+        E = f.get_tensor(key).float()
+    v = E[torch.tensor(theirs)].double().numpy()
+    v = v - v.mean(0, keepdims=True)
+    v = v / np.linalg.norm(v, axis=1, keepdims=True).clip(1e-12)
+    out = ReferenceEmbeddings(name, np.asarray(ours), np.asarray(theirs), v.astype(np.float32))
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(".tmp.npz")
+    np.savez(tmp, ours=out.ours, theirs=out.theirs, vectors=out.vectors)
+    tmp.replace(cache)
+    return out
+
+
+def coherence(stats: GateStats, ref: ReferenceEmbeddings, *, gate: str = "write", top: int = 10,
+              min_count: int = 5) -> np.ndarray:
+    """(L, R): for each prototype, the mean pairwise cosine similarity (``ref``'s centred vectors) of
+    its ``top`` token types by mean gate, among the types seen at least ``min_count`` times that are
+    one reference token. NaN when fewer than 2 such types exist."""
+    sums, counts = token_table(stats, gate)
+    pos = ref.index()
+    keep = np.array([i for i in np.flatnonzero(counts >= min_count) if int(i) in pos], dtype=np.int64)
+    if len(keep) < 2:
+        raise ValueError(f"only {len(keep)} token types are seen >= {min_count} times and map to {ref.name}")
+    vecs = ref.vectors[[pos[int(i)] for i in keep]].astype(np.float64)
+    mean = sums[:, keep] / counts[keep][None, :, None]             # (L, n, R)
+    L, _, R = mean.shape
+    out = np.full((L, R), np.nan)
+    k = min(top, len(keep))
+    for l in range(L):
+        order = np.argsort(-mean[l], axis=0, kind="stable")[:k]    # (k, R)
+        for r in range(R):
+            v = vecs[order[:, r]]
+            g = v @ v.T
+            out[l, r] = (g.sum() - np.trace(g)) / (k * (k - 1))
+    return out
+
+
+def random_set_coherence(stats: GateStats, ref: ReferenceEmbeddings, *, top: int = 10, min_count: int = 5,
+                         n: int = 200, seed: int = 0) -> np.ndarray:
+    """(n,) coherence of random sets of ``top`` token types drawn from the same pool as
+    :func:`coherence` (seen >= ``min_count`` times, one reference token): the chance level."""
+    _, counts = token_table(stats, "write")
+    pos = ref.index()
+    keep = [int(i) for i in np.flatnonzero(counts >= min_count) if int(i) in pos]
+    vecs = ref.vectors[[pos[i] for i in keep]].astype(np.float64)
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        v = vecs[rng.choice(len(keep), size=min(top, len(keep)), replace=False)]
+        g = v @ v.T
+        out.append((g.sum() - np.trace(g)) / (len(v) * (len(v) - 1)))
+    return np.asarray(out)
+
+
+def measure_concepts(trained_stats: GateStats, null_stats: list[GateStats], ref: ReferenceEmbeddings, *,
+                     trained_entropy: dict, null_entropy: list[dict], top: int = 10, min_count: int = 5,
+                     null_info: list[dict] | None = None, config: dict | None = None, seed: int = 0):
+    """``protot/concept-prototypes`` as a :class:`compendium.claims.Measurement`.
+
+    coherence_margin = mean over the trained model's prototypes of :func:`coherence` minus the MAX
+    over null models of theirs; null_entropy_gap = the largest relative gap |H_null / H_trained - 1|
+    of the mean write-gate entropy (on the measured sample) over null models; null_seeds = their
+    number. Table concept_coherence: one row per (model, layer, prototype)."""
+    from compendium import claims
+
+    if not null_stats or len(null_stats) != len(null_entropy):
+        raise ValueError("need one entropy dict per null model, and at least one null model")
+    coh_t = coherence(trained_stats, ref, top=top, min_count=min_count)
+    coh_n = [coherence(s, ref, top=top, min_count=min_count) for s in null_stats]
+    mean_t = float(np.nanmean(coh_t))
+    mean_n = [float(np.nanmean(c)) for c in coh_n]
+    gaps = [abs(h["write"] / trained_entropy["write"] - 1.0) for h in null_entropy]
+    read_gaps = [abs(h["read"] / trained_entropy["read"] - 1.0) for h in null_entropy]
+    chance = random_set_coherence(trained_stats, ref, top=top, min_count=min_count, seed=seed)
+    rows = []
+    for name, c in [("trained", coh_t)] + [(f"null {i}", c) for i, c in enumerate(coh_n)]:
+        L, R = c.shape
+        rows += [{"model": name, "layer": l, "prototype": r, "coherence": float(c[l, r])} for l in range(L) for r in range(R)]
+    beats = float(np.mean(coh_t.reshape(-1) > max(np.nanmax(c) for c in coh_n)))
+    return claims.Measurement(
+        claim="protot/concept-prototypes",
+        values={"coherence_margin": mean_t - max(mean_n), "null_entropy_gap": max(gaps), "null_seeds": len(null_stats),
+                "coherence_trained": mean_t, "coherence_null_max": max(mean_n)},
+        evidence={"coherence_null": mean_n, "read_entropy_gap_max": max(read_gaps),
+                  "entropy_trained": trained_entropy, "entropy_null": null_entropy, "null_models": null_info or [],
+                  "chance_coherence_mean": float(chance.mean()),
+                  "chance_coherence_p95": float(np.quantile(chance, 0.95)),
+                  "trained_share_above_every_null_prototype": beats,
+                  "reference_tokens": int(len(ref.ours))},
+        tables={"concept_coherence": pd.DataFrame(rows)},
+        config=dict(config or {}, top=top, min_count=min_count, reference=ref.name))

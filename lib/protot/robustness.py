@@ -1,9 +1,9 @@
 """Robustness of next-token distributions to meaning-preserving edits (paper §6, robustness).
 
 The paper reports the Jensen-Shannon divergence (JSD) between a model's next-token distribution on
-a text and on a meaning-preserving edit of it, per edit type: abbreviation 0.0498, punctuation
-0.3982, spelling 0.026, synonym 0.1132, typos 0.2074 (from an aggregator; the paper's unit, log base
-and exact protocol are unknown to us). This module rebuilds the measurement:
+a text and on a meaning-preserving edit of it, per edit type (abbreviation, punctuation, spelling,
+synonym, typos; the values are in ``papers/protot/claims.yaml``, from an aggregator; the paper's
+unit, log base and exact protocol are unknown to us). This module rebuilds the measurement:
 
 - Edit generators, one per type in :data:`EDIT_TYPES`: ``abbreviation``, ``punctuation``,
   ``spelling``, ``synonym``, ``typos``, and a meaning-*changing* control :data:`CONTROL`
@@ -30,7 +30,9 @@ and exact protocol are unknown to us). This module rebuilds the measurement:
   final-position read gates are replaced by the original run's (all layers; the channel contents
   keep the edit), i.e. how much of the divergence goes through the final-position routing.
 - :func:`bootstrap_ci`, :func:`paired_bootstrap_ci`, :func:`unpaired_bootstrap_ci`, :func:`spearman`,
-  :func:`partial_spearman`, :func:`spearman_ci`: the statistics.
+  :func:`spearman_test`, :func:`partial_spearman`, :func:`spearman_ci`: the statistics.
+- :func:`type_summary`, :func:`control_separation`, :func:`measure_robustness`: the claim
+  ``protot/robustness-jsd`` as a :class:`compendium.claims.Measurement` from scored pairs.
 """
 from __future__ import annotations
 
@@ -48,8 +50,6 @@ EDIT_TYPES = ("abbreviation", "punctuation", "spelling", "synonym", "typos")
 #: last word) replaced by a random unrelated word. "Robust" is judged against it.
 CONTROL = "random-word"
 ALL_TYPES = EDIT_TYPES + (CONTROL,)
-#: The paper's values (aggregator; unit unknown: bits or nats, JSD or JS distance).
-PAPER_JSD = {"abbreviation": 0.0498, "punctuation": 0.3982, "spelling": 0.026, "synonym": 0.1132, "typos": 0.2074}
 
 
 @dataclass(frozen=True)
@@ -725,3 +725,99 @@ def spearman_ci(x, y, n_boot: int = 1000, seed: int = 0, level: float = 0.95) ->
     vals = vals[np.isfinite(vals)]
     a = (1 - level) / 2
     return float(np.quantile(vals, a)), float(np.quantile(vals, 1 - a))
+
+
+def spearman_test(x, y) -> tuple[float, float, int]:
+    """(rho, two-sided p-value, n) of the Spearman rank correlation (scipy.stats.spearmanr)."""
+    from scipy import stats
+
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.shape != y.shape or len(x) < 3:
+        raise ValueError(f"spearman_test needs two samples of the same length >= 3, got {x.shape} and {y.shape}")
+    res = stats.spearmanr(x, y)
+    return float(res.statistic), float(res.pvalue), int(len(x))
+
+
+# -- the claim's measurement ---------------------------------------------------------------------------
+def type_summary(pairs: pd.DataFrame, scores: pd.DataFrame, col: str = "jsd", *, n_boot: int = 2000,
+                 seed: int = 0) -> pd.DataFrame:
+    """Per edit type (index; :data:`ALL_TYPES` order, those present): mean, 95% bootstrap interval
+    (ci_lo, ci_hi), median and n of ``scores[col]`` over the pairs of that type."""
+    rows = {}
+    for typ in [t for t in ALL_TYPES if t in set(pairs["edit_type"])]:
+        x = scores.loc[pairs.index[pairs["edit_type"] == typ], col]
+        lo, hi = bootstrap_ci(x, n_boot=n_boot, seed=seed)
+        rows[typ] = {"mean": float(x.mean()), "ci_lo": lo, "ci_hi": hi, "median": float(x.median()), "n": len(x)}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def control_separation(summary: pd.DataFrame) -> tuple[bool, float]:
+    """(separable, gap) from a :func:`type_summary`: separable when the control's interval lies above
+    every meaning-preserving type's (control ci_lo > each type's ci_hi); gap = control ci_lo minus
+    the largest ci_hi of the types (> 0 iff separable)."""
+    if CONTROL not in summary.index:
+        raise ValueError(f"the summary has no {CONTROL!r} (meaning-changing control) row")
+    types = summary.drop(index=CONTROL)
+    if types.empty:
+        raise ValueError("the summary has no meaning-preserving edit type")
+    gap = float(summary.loc[CONTROL, "ci_lo"] - types["ci_hi"].max())
+    return bool(gap > 0), gap
+
+
+def measure_robustness(pairs: pd.DataFrame, protot: pd.DataFrame, llama: pd.DataFrame, *,
+                       replaced_prefix_cost: float, n_boot: int = 2000, seed: int = 0,
+                       config: dict | None = None, evidence: dict | None = None):
+    """``protot/robustness-jsd`` as a :class:`compendium.claims.Measurement`.
+
+    ``pairs`` (columns edit_type, ...) and the :func:`score_pairs` results of ProtoT (with
+    ``route_tv``) and LLaMA on them (same index). Values (see the claim's check in claims.yaml):
+
+    - max_ratio_to_control: max over the meaning-preserving types of ProtoT's mean end JSD / its mean
+      JSD under the meaning-changing control;
+    - excess_over_llama_ci_low: max over the types of the lower end of the paired bootstrap interval
+      of mean(ProtoT JSD - LLaMA JSD);
+    - control_separable (LLaMA) and control_separable_protot (:func:`control_separation`);
+    - replaced_prefix_cost_nats: ProtoT's context use (:mod:`protot.context_use`), passed in.
+
+    Evidence: per-type means and intervals for both models, the ratios, the paired differences and
+    the Spearman correlation of ProtoT's routing change with its JSD (rho, p-value, n) over the
+    meaning-preserving pairs. Tables: robustness_jsd (per type and model), robustness_vs_llama.
+    """
+    from compendium import claims
+
+    for name, sc in (("protot", protot), ("llama", llama)):
+        if not sc.index.equals(pairs.index):
+            raise ValueError(f"the {name} scores do not have the pairs' index")
+    if "route_tv" not in protot:
+        raise ValueError("the ProtoT scores have no route_tv column (score a ProtoT model)")
+    types = [t for t in EDIT_TYPES if t in set(pairs["edit_type"])]
+    if not types or CONTROL not in set(pairs["edit_type"]):
+        raise ValueError(f"the pairs need meaning-preserving types and the control {CONTROL!r}")
+    summ = {n: type_summary(pairs, sc, n_boot=n_boot, seed=seed) for n, sc in (("ProtoT", protot), ("LLaMA", llama))}
+    sep_llama, gap_llama = control_separation(summ["LLaMA"])
+    sep_protot, gap_protot = control_separation(summ["ProtoT"])
+    ctrl_mean = summ["ProtoT"].loc[CONTROL, "mean"]
+    ratios = {t: float(summ["ProtoT"].loc[t, "mean"] / ctrl_mean) for t in types}
+    diff_rows = []
+    for t in types + [CONTROL]:
+        idx = pairs.index[pairs["edit_type"] == t]
+        lo, hi = paired_bootstrap_ci(protot.loc[idx, "jsd"], llama.loc[idx, "jsd"], n_boot=n_boot, seed=seed)
+        diff_rows.append({"edit_type": t, "protot_minus_llama": float(protot.loc[idx, "jsd"].mean() - llama.loc[idx, "jsd"].mean()),
+                          "ci_lo": lo, "ci_hi": hi, "protot_below_llama_share": float((protot.loc[idx, "jsd"] < llama.loc[idx, "jsd"]).mean())})
+    diffs = pd.DataFrame(diff_rows).set_index("edit_type")
+    keep = pairs.index[pairs["edit_type"] != CONTROL]
+    rho, pval, n = spearman_test(protot.loc[keep, "route_tv"], protot.loc[keep, "jsd"])
+    table = pd.concat([s.assign(model=m) for m, s in summ.items()]).rename_axis("edit_type").reset_index()
+    values = {"max_ratio_to_control": max(ratios.values()),
+              "excess_over_llama_ci_low": float(diffs.loc[types, "ci_lo"].max()),
+              "control_separable": sep_llama, "control_separable_protot": sep_protot,
+              "replaced_prefix_cost_nats": float(replaced_prefix_cost)}
+    ev = {"protot_mean_jsd": {t: float(summ["ProtoT"].loc[t, "mean"]) for t in types + [CONTROL]},
+          "llama_mean_jsd": {t: float(summ["LLaMA"].loc[t, "mean"]) for t in types + [CONTROL]},
+          "ratio_to_control": ratios, "separation_gap_llama": gap_llama, "separation_gap_protot": gap_protot,
+          "protot_minus_llama": {t: float(diffs.loc[t, "protot_minus_llama"]) for t in types},
+          "routing_spearman_rho": rho, "routing_spearman_p": pval, "routing_spearman_n": n,
+          **(evidence or {})}
+    return claims.Measurement(claim="protot/robustness-jsd", values=values, evidence=ev,
+                              tables={"robustness_jsd": table, "robustness_vs_llama": diffs.reset_index()},
+                              config=dict(config or {}, n_boot=n_boot, seed=seed))

@@ -195,3 +195,153 @@ def test_load_model_falls_back_to_a_run(tmp_path, monkeypatch):
     pretrained.export(run, "protot-cpu", eval_blocks=1)
     committed = C.load_model("protot-cpu", run=run)
     assert committed.source == "committed" and committed.description.startswith("models/protot-cpu")
+
+
+# -- the women ablation as claims measurements ---------------------------------------------------------
+def _word_stream(tokenizer, n, seed):
+    """Random tokens with " women", " men", " he", " she" sprinkled in (each ~1 in 12 positions)."""
+    rng = np.random.default_rng(seed)
+    s = rng.integers(1, 400, size=n)
+    words = [C.token_id(tokenizer, w) for w in (" women", " men", " he", " she")]
+    hits = rng.random(n) < 4 / 12
+    s[hits] = rng.choice(words, size=int(hits.sum()))
+    return s.astype(np.uint16)
+
+
+def test_measure_women_ablation(tokenizer, women):
+    from compendium import claims
+
+    m = _model(tokenizer.vocab_size, seed=3)
+    with torch.no_grad():   # make the mixers matter (alpha = 0.1 at init)
+        for mixer in m.mixers():
+            mixer.alpha.fill_(1.0)
+    before = {n: p.detach().clone() for n, p in m.state_dict().items()}
+    train, val = _word_stream(tokenizer, 3000, 1), _word_stream(tokenizer, 3000, 2)
+    kw = dict(other_words=(" men", " he"), select_windows=12, select_context=16, context=16, max_contexts=40,
+              other_contexts=8, n_controls=3, n_random=12, reinit_seeds=(0, 1), ppl_blocks=2, ppl_context=16,
+              effect_context=16, short=4, n_boot=200, seed=0)
+    a, p = C.measure_women_ablation(m, tokenizer, train, val, candidates=None, **kw)
+    L, R = m.config.num_hidden_layers, m.config.num_prototypes
+    scan = a.tables["women_selection_scan"]
+    assert len(scan) == L * R and scan["drop_pct"].is_monotonic_decreasing    # every prototype scanned
+    layer, k = int(scan.layer[0]), int(scan.prototype[0])
+    assert a.evidence["selected"] == f"L{layer} P{k}"
+    # the selection is the largest drop on the training contexts, recomputed directly
+    sel_ctx = C.windows_at(train, women, 16, where="before", max_windows=12, seed=0)
+    p0 = C.target_probs(m, sel_ctx, women)
+    with C.edited(m, C.Edit("mask", layer, k)):
+        assert C.drop_pct(p0, C.target_probs(m, sel_ctx, women)) == pytest.approx(scan.drop_pct[0], abs=1e-9)
+    # the validation numbers, recomputed directly
+    ctx = C.windows_at(val, women, 16, where="before", max_windows=40, seed=0)
+    q0 = C.target_probs(m, ctx, women)
+    with C.edited(m, C.Edit("mask", layer, k)):
+        drop = C.drop_pct(q0, C.target_probs(m, ctx, women))
+    v = a.values
+    assert v["drop_pct"] == pytest.approx(drop, abs=1e-9) and v["ci_low_pct"] <= drop <= v["ci_high_pct"]
+    edits = a.tables["women_ablation_edits"]
+    ctrl = edits[edits.group == "control"]
+    rand = edits[edits.group == "random"]
+    assert len(ctrl) == 3 and (ctrl.layer == layer).all() and (ctrl.prototype != k).all()
+    assert len(rand) == 12 and not ((rand.layer == layer) & (rand.prototype == k)).any()
+    assert v["control_margin"] == pytest.approx(drop - ctrl.drop_pct.max())
+    spec = a.tables["women_ablation_specificity"]
+    assert list(spec.word) == [" men", " he"] and v["specificity_margin"] == pytest.approx(drop - spec.drop_pct.max())
+    assert p.values["target_vs_random"] == pytest.approx(drop - np.quantile(rand.drop_pct, 0.95))
+    assert p.values["ppl_change_pct_abs"] == pytest.approx(abs(p.values["ppl_change_pct"])) and p.values["ppl_change_pct"] != 0
+    assert len(a.evidence["reinit_drop_pct"]) == 2
+    for n, t in m.state_dict().items():       # every edit undone
+        assert torch.equal(t, before[n]), n
+    # deterministic, and the bounded scan keeps the most selective prototypes only
+    a2, _ = C.measure_women_ablation(m, tokenizer, train, val, candidates=None, **kw)
+    assert a2.values == a.values
+    a3, _ = C.measure_women_ablation(m, tokenizer, train, val, candidates=4, **kw)
+    assert a3.evidence["candidates_scanned"] == 4
+    # the measurements carry every quantity the registered checks and preconditions name
+    for meas in (a, p):
+        claim = claims.get_claim(meas.claim)
+        assert set(claim.quantities) <= set(meas.values)
+        status, *_ = claims.evaluate(claim, meas.values, "cpu")
+        assert status in claims.VERDICTS
+    # a model that ignores context fails the power precondition: inconclusive, naming it
+    no_ctx = {**a.values, "context_effect_nats": 0.0}
+    status, _, pre, reason = claims.evaluate(claims.get_claim(a.claim), no_ctx, "cpu")
+    assert status == claims.INCONCLUSIVE and "uses-context" in reason
+    with pytest.raises(ValueError, match="training contexts"):
+        C.measure_women_ablation(m, tokenizer, train[:40], val, **kw)
+
+
+# -- concept null with matched sharpness, coherence --------------------------------------------------------
+def _synthetic_reference(n_types=400, dim=16, clusters=8, seed=0):
+    """Token ids 1..n_types-1 with reference vectors in ``clusters`` tight clusters (id % clusters)."""
+    rng = np.random.default_rng(seed)
+    ours = np.arange(1, n_types)
+    centres = rng.normal(size=(clusters, dim))
+    v = centres[ours % clusters] + 0.3 * rng.normal(size=(len(ours), dim))
+    v -= v.mean(0)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    return C.ReferenceEmbeddings("synthetic", ours, ours, v.astype(np.float32))
+
+
+def _stats_with(write: np.ndarray, ids: np.ndarray, vocab: int) -> C.GateStats:
+    L, R = write.shape[0], write.shape[-1]
+    return C.GateStats(ids=ids, write=write.astype(np.float32), read=write.astype(np.float32),
+                       half_life=np.ones((L, R)), vocab_size=vocab)
+
+
+def test_coherence_sees_planted_clusters():
+    from compendium import claims
+
+    ref = _synthetic_reference()
+    rng = np.random.default_rng(1)
+    ids = rng.integers(1, 400, size=(20, 64))
+    R = 8
+    planted = np.full((1, 20, 64, R), 0.1 / (R - 1))
+    planted[0, np.arange(20)[:, None], np.arange(64)[None, :], ids % R] = 0.9    # prototype r <- cluster r
+    def random_gates(seed):
+        g = np.random.default_rng(seed).dirichlet(np.full(R, 0.3), size=(1, 20, 64))
+        return g
+    coh = C.coherence(_stats_with(planted, ids, 400), ref, top=10, min_count=2)
+    assert coh.shape == (1, R) and (coh > 0.5).all()                # top tokens of each prototype: one cluster
+    nulls = [_stats_with(random_gates(s), ids, 400) for s in (2, 3, 4)]
+    assert all(np.nanmean(C.coherence(s, ref, top=10, min_count=2)) < 0.3 for s in nulls)
+    H = {"write": 1.0, "read": 1.0}
+    m = C.measure_concepts(_stats_with(planted, ids, 400), nulls, ref, trained_entropy=H,
+                           null_entropy=[{"write": 1.02, "read": 1.0}] * 3, top=10, min_count=2)
+    assert m.values["coherence_margin"] > 0.2 and m.values["null_seeds"] == 3
+    assert m.values["null_entropy_gap"] == pytest.approx(0.02)
+    claim = claims.get_claim(m.claim)
+    assert claims.evaluate(claim, m.values, "cpu")[0] == claims.HOLDS
+    # a null whose gates are not as sharp fails the precondition: inconclusive, naming it
+    m2 = C.measure_concepts(_stats_with(planted, ids, 400), nulls, ref, trained_entropy=H,
+                            null_entropy=[{"write": 1.3, "read": 1.0}] * 3, top=10, min_count=2)
+    status, _, _, reason = claims.evaluate(claim, m2.values, "cpu")
+    assert status == claims.INCONCLUSIVE and "null-entropy-matched" in reason
+    with pytest.raises(ValueError, match="map to"):
+        C.coherence(_stats_with(planted, ids, 400), C.ReferenceEmbeddings("none", np.array([0]), np.array([0]),
+                                                                        np.ones((1, 2), np.float32)))
+
+
+def test_matched_null_and_an_untrained_model_fails_the_check(tokenizer):
+    """Untrained ProtoTs sharpened to the same gate entropy: one of them in the role of the trained
+    model does not pass the check against the others (there is nothing learned to find)."""
+    from compendium import claims
+
+    trained = _model(tokenizer.vocab_size, seed=0)
+    ids = _ids(12, C.token_id(tokenizer, " women"), seed=5)
+    target = {k: 0.5 * v for k, v in C.mean_gate_entropy(trained, ids).items()}     # sharper than at init
+    nulls = [C.matched_null(trained, s, ids, target, tol=0.01) for s in (11, 12, 13, 14)]
+    for n in nulls:
+        for kind in ("write", "read"):
+            assert n.entropy[kind] == pytest.approx(target[kind], rel=0.01)
+        assert n.write_temperature < 1.0 and n.model.config is not trained.config
+    assert trained.config.write_temperature == 1.0                  # the trained model is untouched
+    again = C.matched_null(trained, 11, ids, target, tol=0.01)
+    assert again.write_temperature == nulls[0].write_temperature     # deterministic
+    ref = _synthetic_reference()
+    stats = [C.collect_gates(n.model, ids) for n in nulls]
+    ents = [C.mean_gate_entropy(n.model, ids) for n in nulls]
+    claim = claims.get_claim("protot/concept-prototypes")
+    m = C.measure_concepts(stats[0], stats[1:], ref, trained_entropy=ents[0], null_entropy=ents[1:], min_count=2)
+    assert m.values["null_seeds"] == 3 and m.values["null_entropy_gap"] <= 0.05
+    status, *_ = claims.evaluate(claim, m.values, "cpu")
+    assert status == claims.DOES_NOT_HOLD, m.values

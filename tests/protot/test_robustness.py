@@ -199,7 +199,8 @@ def test_score_pairs(arch, tokenizer, small_pairs):
     assert (a.jsd[~same] > 0).all() and (a.tokens_after[~same] >= 1).all()
     assert (a.tokens_after[same] == a.tokens_orig[same]).all()
     if arch == "protot":
-        assert (a.route_tv[same] < 1e-9).all() and (a.route_tv[~same] > 0).all()
+        # identical texts may sit in differently composed batches: float32 gates agree to rounding
+        assert (a.route_tv[same] < 1e-6).all() and (a.route_tv[~same] > 1e-5).all()
         L = model.config.num_hidden_layers
         assert [c for c in a if c.startswith("route_tv_L")] == [f"route_tv_L{l}" for l in range(L)]
         assert np.allclose(a[[f"route_tv_L{l}" for l in range(L)]].mean(axis=1), a.route_tv)
@@ -224,3 +225,71 @@ def test_after_edit_position_matches_a_direct_forward(tokenizer, small_pairs):
         lo = model(torch.tensor([o[:len(o) - n]])).logits[0, -1]
         le = model(torch.tensor([e[:len(e) - n]])).logits[0, -1]
     assert rb.jsd_from_logits(lo, le).item() == pytest.approx(got.jsd_after_edit, abs=1e-6)
+
+
+# -- the claim's measurement ------------------------------------------------------------------------------
+def _synthetic_scores(edit_mean: float, control_mean: float, llama_shift: float, n: int = 60, seed: int = 0):
+    """Pairs of every type and JSDs drawn around the given means (ProtoT; LLaMA = ProtoT + shift + noise)."""
+    rng = np.random.default_rng(seed)
+    types = np.repeat(rb.ALL_TYPES, n)
+    pairs = pd.DataFrame({"edit_type": types}, index=pd.RangeIndex(10, 10 + len(types)))
+    mean = np.where(types == rb.CONTROL, control_mean, edit_mean)
+    p = mean * rng.lognormal(0.0, 0.3, len(types))
+    protot = pd.DataFrame({"jsd": p, "route_tv": p * rng.lognormal(0.0, 0.2, len(types))}, index=pairs.index)
+    llama = pd.DataFrame({"jsd": p + llama_shift + 0.001 * rng.random(len(types))}, index=pairs.index)
+    return pairs, protot, llama
+
+
+def test_control_separation():
+    s = pd.DataFrame({"ci_lo": [0.1, 0.2, 0.5], "ci_hi": [0.3, 0.4, 0.7]}, index=["typos", "synonym", rb.CONTROL])
+    assert rb.control_separation(s) == (True, pytest.approx(0.1))
+    s.loc[rb.CONTROL, "ci_lo"] = 0.35
+    sep, gap = rb.control_separation(s)
+    assert not sep and gap == pytest.approx(-0.05)
+    with pytest.raises(ValueError, match="control"):
+        rb.control_separation(s.drop(index=rb.CONTROL))
+
+
+def test_spearman_test():
+    x = np.arange(50.0)
+    rho, p, n = rb.spearman_test(x, x ** 2)
+    assert rho == pytest.approx(1.0) and p < 1e-10 and n == 50
+    rho, p, _ = rb.spearman_test(x, np.random.default_rng(0).permutation(x))
+    assert abs(rho) < 0.35 and p > 0.01
+    with pytest.raises(ValueError, match="same length"):
+        rb.spearman_test(x, x[:10])
+
+
+def test_measure_robustness_verdicts():
+    from compendium import claims
+
+    claim = claims.get_claim("protot/robustness-jsd")
+    # robust ProtoT, JSD a tenth of the control's, below LLaMA's, a model that uses context
+    pairs, protot, llama = _synthetic_scores(0.01, 0.1, llama_shift=0.005)
+    m = rb.measure_robustness(pairs, protot, llama, replaced_prefix_cost=0.3, n_boot=500)
+    v = m.values
+    assert v["control_separable"] is True and v["control_separable_protot"] is True
+    assert v["max_ratio_to_control"] == pytest.approx(
+        max(protot.jsd[pairs.edit_type == t].mean() for t in rb.EDIT_TYPES) / protot.jsd[pairs.edit_type == rb.CONTROL].mean())
+    assert v["excess_over_llama_ci_low"] < 0
+    assert m.evidence["routing_spearman_n"] == 5 * 60 and m.evidence["routing_spearman_rho"] > 0.5
+    assert set(m.tables) == {"robustness_jsd", "robustness_vs_llama"}
+    assert claims.evaluate(claim, v, "cpu")[0] == claims.HOLDS
+    # ProtoT moves more than LLaMA: does not hold
+    pairs, protot, llama = _synthetic_scores(0.01, 0.1, llama_shift=-0.004)
+    v = rb.measure_robustness(pairs, protot, llama, replaced_prefix_cost=0.3, n_boot=500).values
+    assert v["excess_over_llama_ci_low"] > 0 and claims.evaluate(claim, v, "cpu")[0] == claims.DOES_NOT_HOLD
+    # the control is not separable from the edits (a model that ignores the edit's meaning): inconclusive
+    pairs, protot, llama = _synthetic_scores(0.01, 0.0105, llama_shift=0.0)
+    v = rb.measure_robustness(pairs, protot, llama, replaced_prefix_cost=0.3, n_boot=500).values
+    status, _, _, reason = claims.evaluate(claim, v, "cpu")
+    assert v["control_separable"] is False and status == claims.INCONCLUSIVE and "control-separable" in reason
+    # a model that barely uses context: inconclusive, naming uses-context
+    pairs, protot, llama = _synthetic_scores(0.01, 0.1, llama_shift=0.005)
+    v = rb.measure_robustness(pairs, protot, llama, replaced_prefix_cost=0.05, n_boot=500).values
+    status, _, _, reason = claims.evaluate(claim, v, "cpu")
+    assert status == claims.INCONCLUSIVE and "uses-context" in reason and "control-separable" not in reason
+    with pytest.raises(ValueError, match="route_tv"):
+        rb.measure_robustness(pairs, llama, llama, replaced_prefix_cost=0.3)
+    with pytest.raises(ValueError, match="index"):
+        rb.measure_robustness(pairs, protot.iloc[1:], llama, replaced_prefix_cost=0.3)
