@@ -1,39 +1,158 @@
-"""ACC, the predecessor (Franco & Crovella 2024), as the baseline for circuit size.
+"""ACC, the predecessor (Franco & Crovella, "Pinpointing Attention-Causal Communication in Language
+Models", arXiv 2410.00340), as the baseline for circuit size.
 
-Same seeds and the same decomposition as ACC++, but: a firing is traced when A_ds >= 1/(d+1)
-(the uniform weight); its linear pre-softmax score S_ds is split into per-component
-contributions on the query side (component at d, key held at its full value) and on the key
-side (component at s); on each side the largest contributors are kept until they make up 70% of
-S_ds (nothing is kept when S_ds <= 0). No IG, no greedy, no singular-direction selection.
+    circuit = acc_trace(tracer, ids, correct, wrong)                      # the authors' ACC (default)
+    circuit = acc_trace(tracer, ids, correct, wrong, config=ACCConfig.legacy())   # this project's first baseline
+
+Both use the same seeds and the same residual decomposition as ACC++ (:mod:`accpp.trace`), trace a
+firing (layer L, head a, destination d, source s) when A_ds >= 1/(d+1) (the uniform weight), recurse
+through attention heads only, and keep, on each side, the upstream contributors that make up 70% of
+a linear score (no IG, no greedy). They differ in which score and which singular directions.
+
+The ACC definition, as the authors' code implements it (default, ``ACCConfig()``):
+
+1. Comparative score. What the softmax sees is the score of s against the other keys, so ACC
+   splits S_ds - mean_{s' != s} S_ds' (s' over the keys visible from d) rather than S_ds. Per
+   singular direction k of the head's Omega = W_Q W_K^T:
+   c_k = scale * sigma_k * alpha_k * (beta_{s,k} - mean_{s' != s} beta_{s',k}), summing to that score.
+2. Singular-direction selection. If sum_k c_k <= 0 the firing is not expanded. Otherwise the
+   directions are sorted by c_k (descending) and the shortest prefix whose cumulative sum reaches
+   the total (fraction ``sv_fraction`` = 1.0, compared after rounding to 5 decimals as the authors do)
+   is kept: a sparse set K of directions that carries the whole comparative score.
+3. Contributors, restricted to K. Query side: component c at d contributes
+   scale * sum_{k in K} sigma_k alpha_{c,k} (beta_{s,k} - mean_{s'} beta_{s',k}). Key side: component c
+   taken at s minus its mean over the other visible keys (the same component label at every key
+   position; an upstream head's output is split per upstream source j') contributes
+   scale * sum_{k in K} sigma_k alpha_k (beta_{c,s,k} - mean_{s'} beta_{c,s',k}).
+4. The 70% rule as the authors write it: sort the contributions (descending), take the value at the
+   first place where the cumulative sum exceeds 0.7 of their total, keep every contributor at or
+   above it (ties included). Key-side contributors that are upstream-head outputs from a source
+   j' > s are counted in the total but not added (they cannot be a firing at s), as in the authors' code.
+
+Where ours still departs from the authors' ACC (kept on purpose, because the ACC++ tracer here
+does the same and the baseline must share it):
+- RoPE models: the authors decompose W_Q R_{d-s} W_K^T separately for every offset d - s; here,
+  as in the ACC++ tracer, the SVD is of the unrotated Omega and the rotations are folded into the
+  token vectors (one basis per head). The rank-1 terms, so the set K, can differ.
+- Biases: the authors augment x with a constant 1 and decompose [W_Q W_K^T, W_Q b_K] (and the
+  transposed form for the key side); here the biases are the ``offset`` component of the
+  decomposition. On the key side of the comparative score the key bias cancels in both.
+- Sliding-window layers: s' runs over the keys visible from d (the authors' models had none).
+- The traced-firing threshold is 1/(d+1) as the authors', also for sliding-window layers.
+
+``ACCConfig.legacy()`` is this project's first baseline, kept for comparison: the raw score S_ds
+(not comparative), all singular directions (no selection), the key side only at s, and the 70% cut
+taken as the shortest prefix reaching 0.7 of the total (no tie rule). It gives much larger circuits.
+
+``max_firings`` caps the number of expanded firings; ``circuit.meta["truncated"]`` says whether the
+cap stopped a trace (then the circuit is incomplete and the size ratio is a lower bound).
 """
 from __future__ import annotations
 
 import time
 from collections import deque
+from dataclasses import asdict, dataclass
 
 import networkx as nx
 import torch
 
-from accpp.decompose import KIND_HEAD, KIND_OFFSET, visible
+from accpp.decompose import KIND_BIAS, KIND_EMB, KIND_HEAD, KIND_MLP, KIND_NAMES, KIND_OFFSET, head_labels, visible
 from accpp.signals import FiringSolver
-from accpp.trace import Circuit, Tracer, _KIND, answer_direction, node_id, seeds
+from accpp.trace import Circuit, Tracer, answer_direction, node_id, seeds
 
-__all__ = ["acc_trace", "KEEP_FRACTION"]
+__all__ = ["ACCConfig", "acc_trace", "KEEP_FRACTION", "select_singular", "top_share"]
 
 KEEP_FRACTION = 0.7
 
 
-def _top_share(contrib: torch.Tensor, total: float, frac: float = KEEP_FRACTION) -> torch.Tensor:
-    if total <= 0:
+@dataclass(frozen=True)
+class ACCConfig:
+    """How the ACC baseline scores a firing; the default is the authors' ACC (module docstring)."""
+
+    comparative: bool = True  # split S_ds - mean_{s' != s} S_ds' (authors) rather than S_ds
+    select_singular: bool = True  # keep the sparse set of singular directions first (authors)
+    ties: bool = True  # 70% cut: keep every contributor >= the value at the cut (authors)
+    keep_fraction: float = KEEP_FRACTION
+    sv_fraction: float = 1.0
+    max_firings: int | None = 2000
+
+    def __post_init__(self):
+        if not 0 < self.keep_fraction <= 1 or not 0 < self.sv_fraction <= 1:
+            raise ValueError(f"keep_fraction and sv_fraction must be in (0, 1]; got {self.keep_fraction}, "
+                             f"{self.sv_fraction}")
+        if self.max_firings is not None and self.max_firings < 1:
+            raise ValueError(f"max_firings must be None or >= 1, got {self.max_firings}")
+
+    @classmethod
+    def legacy(cls, max_firings: int | None = 2000) -> "ACCConfig":
+        """This project's first baseline: raw S_ds, all singular directions, shortest 70% prefix."""
+        return cls(comparative=False, select_singular=False, ties=False, max_firings=max_firings)
+
+
+def top_share(contrib: torch.Tensor, total: float, frac: float = KEEP_FRACTION, ties: bool = True) -> torch.Tensor:
+    """Indices of the contributors kept by the 70% rule (nothing when ``total`` <= 0).
+
+    ``ties=True`` (the authors'): the cut value is the sorted contribution at the first place where
+    the cumulative sum exceeds ``frac * total``; every contributor >= that value is kept.
+    ``ties=False`` (legacy): the shortest prefix of the sorted contributions whose sum reaches it.
+    """
+    if total <= 0 or contrib.numel() == 0:
         return torch.zeros(0, dtype=torch.long)
     vals, order = torch.sort(contrib, descending=True)
     cum = torch.cumsum(vals, 0)
-    k = int(torch.searchsorted(cum, torch.tensor(frac * total, dtype=cum.dtype))) + 1
-    return order[: min(k, order.numel())]
+    target = torch.tensor(frac * total, dtype=cum.dtype)
+    if not ties:
+        k = int(torch.searchsorted(cum, target)) + 1
+        return order[: min(k, order.numel())]
+    over = torch.nonzero(cum > target)
+    cutoff = vals[int(over[0, 0])] if over.numel() else vals[-1]
+    return torch.nonzero(contrib >= cutoff)[:, 0]
+
+
+def select_singular(c: torch.Tensor, frac: float = 1.0) -> torch.Tensor:
+    """The authors' singular-direction selection: sort the per-direction contributions ``c``
+    (descending) and keep the shortest prefix whose cumulative sum, divided by the total and rounded
+    to 5 decimals, reaches ``frac``. Raises ValueError if the total is not positive."""
+    total = float(c.sum())
+    if not total > 0:
+        raise ValueError(f"the per-direction contributions sum to {total}: nothing to select")
+    vals, order = torch.sort(c, descending=True)
+    frac_cum = torch.round(torch.cumsum(vals, 0) / total, decimals=5)
+    hit = torch.nonzero(frac_cum >= frac)
+    k = int(hit[0, 0]) + 1 if hit.numel() else c.numel()
+    return order[:k]
+
+
+def _union_labels(L: int, H: int, d: int, labels_like: torch.Tensor, offset_head: int) -> torch.Tensor:
+    """Labels of every component that can sit at a token t <= d in the residual entering layer L."""
+    parts = [torch.tensor([[KIND_EMB, -1, -1, -1]]), head_labels(L, H, d + 1),
+             torch.stack([torch.full((L,), KIND_MLP), torch.arange(L), torch.full((L,), -1), torch.full((L,), -1)], 1),
+             torch.stack([torch.full((L,), KIND_BIAS), torch.arange(L), torch.full((L,), -1), torch.full((L,), -1)], 1),
+             torch.tensor([[KIND_OFFSET, L, offset_head, -1]])]
+    return torch.cat(parts).to(labels_like.dtype)
+
+
+def _union_index(labels: torch.Tensor, L: int, H: int, d: int) -> torch.Tensor:
+    """Row of each label (N, 4) in :func:`_union_labels` (L, H, d)."""
+    kind, layer, head, src = labels.unbind(-1)
+    base = 1 + L * H * (d + 1)
+    idx = torch.zeros(labels.shape[0], dtype=torch.long)
+    idx = torch.where(kind == KIND_HEAD, 1 + (layer * H + head) * (d + 1) + src, idx)
+    idx = torch.where(kind == KIND_MLP, base + layer, idx)
+    idx = torch.where(kind == KIND_BIAS, base + L + layer, idx)
+    idx = torch.where(kind == KIND_OFFSET, torch.full_like(idx, base + 2 * L), idx)
+    return idx
 
 
 def acc_trace(tracer: Tracer, input_ids, correct, wrong, position: int = -1,
-              max_firings: int | None = 2000) -> Circuit:
+              max_firings: int | None = None, config: ACCConfig | None = None) -> Circuit:
+    """ACC circuit of ``mean logit(correct) - mean logit(wrong)`` at ``position`` (module docstring).
+
+    ``max_firings`` (if given) overrides ``config.max_firings``. ``meta`` holds the config, whether the
+    cap truncated the trace, and per traced firing nothing more than the graph's node attributes.
+    """
+    cfg = config or ACCConfig()
+    cap = cfg.max_firings if max_firings is None else max_firings
     t0 = time.perf_counter()
     dec = tracer.decompose(input_ids)
     solver, arch = FiringSolver(dec, tracer.svd), tracer.arch
@@ -50,7 +169,7 @@ def acc_trace(tracer: Tracer, input_ids, correct, wrong, position: int = -1,
     def add(kind, layer, head, token, src):
         nid = node_id(kind, layer, head, token, src)
         if nid not in g:
-            g.add_node(nid, kind=_KIND[kind], layer=layer, head=head, dest=token, src=src, traced=False)
+            g.add_node(nid, kind=KIND_NAMES[kind], layer=layer, head=head, dest=token, src=src, traced=False)
         if kind == KIND_HEAD and (layer, head, token, src) not in seen and token > 0 and layer > 0:
             if float(dec.acts.attn[layer, head, token, src]) >= 1.0 / (token + 1):
                 seen.add((layer, head, token, src))
@@ -61,24 +180,71 @@ def acc_trace(tracer: Tracer, input_ids, correct, wrong, position: int = -1,
         kind, layer, head, src = labels[i].tolist()
         g.add_edge(add(kind, layer, head, pos, src), out, side="seed", token=pos, sing=[], rank=0)
     n = 0
-    while queue and (max_firings is None or n < max_firings):
+    while queue and (cap is None or n < cap):
         L_, a, d, s = queue.popleft()
         n += 1
-        lw = arch.layers[L_]
-        J = visible(dec.T, d, lw.sliding_window)
-        S, _, alpha, beta = solver.scores(L_, a, d)
-        s_idx = int(s - J[0])
-        sig = solver.svd.S[L_, a]
-        total = float(S[s_idx])
         fid = node_id(KIND_HEAD, L_, a, d, s)
         g.nodes[fid]["traced"] = True
-        Cq, lab_q = solver.token_coeffs(L_, a, d, "q")
-        Ck, lab_k = solver.key_coeffs(L_, a, s)
-        for side, contrib, lab, tok in (("d", lw.scale * (Cq * sig * beta[s_idx]).sum(-1), lab_q, d),
-                                        ("s", lw.scale * (Ck * sig * alpha).sum(-1), lab_k, s)):
-            for c in _top_share(contrib, total).tolist():
+        for side, tok, contrib, lab, K in _firing_contributors(solver, arch, cfg, L_, a, d, s):
+            g.nodes[fid][f"sv_{side}"] = K
+            total = float(contrib.sum())  # the (comparative) score on K; legacy: S_ds itself
+            for c in top_share(contrib, total, cfg.keep_fraction, cfg.ties).tolist():
                 kind, layer, head, src = lab[c].tolist()
+                if kind == KIND_HEAD and side == "s" and src > s:
+                    continue  # counted in the total, not a firing at s (authors)
                 uid = add(kind, L_ if kind == KIND_OFFSET else layer, a if kind == KIND_OFFSET else head, tok, src)
-                g.add_edge(uid, fid, side=side, token=tok, sing=[], rank=0, share=float(contrib[c]) / total)
-    return Circuit(g, tracer._tokens(dec.acts.input_ids), logit_diff, time.perf_counter() - t0, n,
-                   dict(method="ACC", truncated=bool(queue)))
+                g.add_edge(uid, fid, side=side, token=tok, sing=K, rank=len(K), share=float(contrib[c]) / total)
+    meta = dict(method="ACC", config=asdict(cfg), max_firings=cap, truncated=bool(queue), queued_left=len(queue))
+    return Circuit(g, tracer._tokens(dec.acts.input_ids), logit_diff, time.perf_counter() - t0, n, meta)
+
+
+def _firing_contributors(solver: FiringSolver, arch, cfg: ACCConfig, L: int, a: int, d: int, s: int):
+    """[(side, token, contributions (N,), labels (N, 4), kept singular indices)] for one firing;
+    empty when the (comparative) score is not positive."""
+    lw = arch.layers[L]
+    J = visible(solver.dec.T, d, lw.sliding_window)
+    n = len(J)
+    s_idx = int(s - J[0])
+    sig = solver.svd.S[L, a]
+    Cq, lab_q = solver.token_coeffs(L, a, d, "q")
+    alpha = Cq.sum(0)
+    keys = [solver.key_coeffs(L, a, int(j)) for j in J]
+    beta = torch.stack([c.sum(0) for c, _ in keys])  # (n, dh)
+    if cfg.comparative:
+        if n < 2:
+            return []
+        bref = beta[s_idx] - (beta.sum(0) - beta[s_idx]) / (n - 1)
+    else:
+        bref = beta[s_idx]
+    c_k = lw.scale * sig * alpha * bref  # per singular direction, sums to the (comparative) score
+    dh = sig.numel()
+    mask = torch.ones(dh, dtype=c_k.dtype)
+    K = list(range(dh))
+    if cfg.select_singular:
+        if not float(c_k.sum()) > 0:
+            return []
+        sel = select_singular(c_k, cfg.sv_fraction)
+        mask = torch.zeros(dh, dtype=c_k.dtype)
+        mask[sel] = 1
+        K = sorted(sel.tolist())
+    elif cfg.comparative and not float(c_k.sum()) > 0:
+        return []
+    w_q = lw.scale * sig * bref * mask  # query side: component coefficients . w_q
+    contrib_q = Cq @ w_q
+    w_k = lw.scale * sig * alpha * mask  # key side
+    if cfg.comparative:
+        H = lw.n_heads
+        lab_u = _union_labels(L, H, d, keys[0][1], a)
+        tot = torch.zeros(lab_u.shape[0], dtype=c_k.dtype)
+        at_s = None
+        for i, (Cj, lab_j) in enumerate(keys):
+            y = torch.zeros(lab_u.shape[0], dtype=c_k.dtype).index_add_(0, _union_index(lab_j, L, H, d), Cj @ w_k)
+            tot += y
+            if i == s_idx:
+                at_s = y
+        contrib_k = at_s - (tot - at_s) / (n - 1)
+        lab_k = lab_u
+    else:
+        Ck, lab_k = keys[s_idx]
+        contrib_k = Ck @ w_k
+    return [("d", d, contrib_q, lab_q, K), ("s", s, contrib_k, lab_k, K)]

@@ -6,6 +6,12 @@
     clusters = cut(Z, k)                           # labels 0..k-1
     adjusted_rand(clusters, templates), normalized_mutual_info(clusters, templates)
     permutation_test(stat, labels, n=999, seed=0)  # one-sided p-value, seeded
+    permanova(D, {"template": t, "order": o}, covariates={"size": sizes}, n_perm=999, seed=0)
+
+The main statistic for "circuits cluster by template" is the two-way PERMANOVA (:func:`permanova`:
+template x order, circuit size as a covariate, Freedman-Lane permutation F tests); the k-cut ARI
+of the average-linkage dendrogram is kept as evidence (it depends on where the tree is cut and
+on the linkage, and says nothing about the other factor or about size).
 
 Position-free component and signal sets and the Jaccard similarity come from
 :mod:`accpp.multilingual` (``component_set``, ``signal_set``, ``jaccard``); the linkage is scipy's
@@ -25,7 +31,7 @@ from accpp.multilingual import jaccard
 
 __all__ = ["distance_matrix", "average_linkage", "cut", "leaf_order", "contingency", "adjusted_rand",
            "normalized_mutual_info", "within_between", "distance_by_cell", "permutation_test",
-           "label_alignment", "dendrogram_with_labels", "sorted_heatmap"]
+           "label_alignment", "permanova", "gower_centred", "dendrogram_with_labels", "sorted_heatmap"]
 
 
 def distance_matrix(sets: Sequence, metric: Callable = jaccard) -> np.ndarray:
@@ -162,6 +168,127 @@ def label_alignment(D, Z: np.ndarray, labels, n_perm: int = 999, seed: int = 0, 
     within, between = within_between(D, lab)
     return dict(k=k, ari=ari, p_ari=p_ari, nmi=normalized_mutual_info(clusters, lab), within=within,
                 between=between, gap=g, p_gap=p_gap)
+
+
+# ---------------------------------------------------------------- PERMANOVA
+
+def gower_centred(D) -> np.ndarray:
+    """G = -1/2 C (D o D) C with C = I - 11'/n: the Gram matrix whose traces give PERMANOVA's sums of
+    squares (tr G = total sum of squared distances to the centroid = sum_{i<j} d_ij^2 / n)."""
+    m = np.asarray(D, dtype=float)
+    if m.ndim != 2 or m.shape[0] != m.shape[1] or not np.allclose(m, m.T) or np.any(np.diag(m) != 0):
+        raise ValueError("need a symmetric square distance matrix with a zero diagonal")
+    n = len(m)
+    C = np.eye(n) - 1.0 / n
+    return -0.5 * C @ (m * m) @ C
+
+
+def _basis(X: np.ndarray) -> np.ndarray:
+    """Orthonormal basis of the column space of X (rank-revealing SVD)."""
+    if X.shape[1] == 0:
+        return np.zeros((X.shape[0], 0))
+    u, sv, _ = np.linalg.svd(X, full_matrices=False)
+    tol = sv.max() * max(X.shape) * np.finfo(float).eps if sv.size else 0
+    return u[:, sv > tol]
+
+
+def _dummies(labels) -> np.ndarray:
+    lab = np.asarray(labels, dtype=object).astype(str)
+    levels = sorted(set(lab))
+    return np.stack([(lab == v).astype(float) for v in levels[1:]], 1) if len(levels) > 1 else np.zeros((len(lab), 0))
+
+
+def permanova(D, factors: dict, covariates: dict | None = None, interaction: bool = True, n_perm: int = 999,
+              seed: int = 0) -> pd.DataFrame:
+    """Distance-based (permutational) multivariate ANOVA (Anderson 2001; McArdle & Anderson 2001).
+
+    ``factors``: one or two labellings ({"template": [...], "order": [...]}); ``covariates``: numeric
+    per-item values (e.g. {"size": circuit sizes}); with two factors and ``interaction`` their
+    interaction is a term too. Sums of squares are traces of the hat matrices against the
+    Gower-centred matrix G (:func:`gower_centred`). Each term is tested adjusted for every other term
+    that does not contain it ("type II": a main effect given the covariates and the other factor, the
+    interaction given everything else), against the residual of the complete model:
+
+        F = (SS_term / df_term) / (SS_res / df_res).
+
+    p-values: Freedman-Lane permutation of the residuals of the reduced model (the model without the
+    term), ``n_perm`` seeded permutations, p = (1 + #{F* >= F}) / (n_perm + 1). In distance form the
+    permuted data are G* = M G M' with M = H_r + P (I - H_r) (H_r: hat matrix of the reduced model,
+    P: the permutation), so no embedding of the distances is needed and non-Euclidean distances are
+    handled as they are.
+
+    Returns a DataFrame indexed by term (then "Residual", "Total") with df, SS, R2 (SS / SS_total), F, p.
+    """
+    G = gower_centred(D)
+    n = len(G)
+    if not 1 <= len(factors) <= 2:
+        raise ValueError("permanova takes one or two factors")
+    covariates = covariates or {}
+    terms: dict[str, tuple[np.ndarray, set]] = {}
+    for name, vals in covariates.items():
+        v = np.asarray(vals, dtype=float)
+        if v.shape != (n,):
+            raise ValueError(f"covariate {name!r} has shape {v.shape}, expected ({n},)")
+        terms[name] = ((v - v.mean())[:, None], {name})
+    dums = {}
+    for name, lab in factors.items():
+        if len(lab) != n:
+            raise ValueError(f"factor {name!r} has {len(lab)} labels for {n} items")
+        dums[name] = _dummies(lab)
+        terms[name] = (dums[name], {name})
+    if interaction and len(factors) == 2:
+        a, b = list(factors)
+        X = np.stack([dums[a][:, i] * dums[b][:, j] for i in range(dums[a].shape[1]) for j in range(dums[b].shape[1])],
+                     1) if dums[a].shape[1] and dums[b].shape[1] else np.zeros((n, 0))
+        terms[f"{a} x {b}"] = (X, {a, b})
+    one = np.ones((n, 1))
+
+    def design(names):
+        return np.hstack([one] + [terms[t][0] for t in names])
+
+    Qc = _basis(design(list(terms)))
+    df_res = n - Qc.shape[1]
+    if df_res <= 0:
+        raise ValueError(f"no residual degrees of freedom ({n} items, model rank {Qc.shape[1]})")
+    ss_total = float(np.trace(G))
+    rng = np.random.default_rng(seed)
+    perms = [rng.permutation(n) for _ in range(n_perm)]
+    rows = {}
+    for t, (_, tset) in terms.items():
+        reduced = [u for u, (_, uset) in terms.items() if u != t and not tset <= uset]
+        Qr = _basis(design(reduced))
+        Qa = _basis(design(reduced + [t]))
+        df_t = Qa.shape[1] - Qr.shape[1]
+        if df_t <= 0:
+            rows[t] = dict(df=0, SS=0.0, R2=0.0, F=float("nan"), p=float("nan"))
+            continue
+        Hr = Qr @ Qr.T
+        E = np.eye(n) - Hr
+        HrQ = {k: Hr @ Q for k, Q in (("a", Qa), ("r", Qr), ("c", Qc))}
+        EG = E @ G
+        tr_fixed = float(np.trace(Hr @ G @ Hr) + np.trace(EG @ E))
+        C = EG @ Hr  # tr(P E G H_r) = sum_i C[perm[i], i]
+
+        def stat(perm):
+            inv = np.empty(n, dtype=int)
+            inv[perm] = np.arange(n)
+            tr = {}
+            for k, Q in (("a", Qa), ("r", Qr), ("c", Qc)):
+                W = HrQ[k] + E @ Q[inv]  # M' Q, with (P' Q) = Q[inv]
+                tr[k] = float(np.einsum("ij,ij->", W, G @ W))
+            tr_all = tr_fixed + 2.0 * float(C[perm, np.arange(n)].sum())
+            ss_t, ss_r = tr["a"] - tr["r"], tr_all - tr["c"]
+            return (ss_t / df_t) / (ss_r / df_res) if ss_r > 0 else float("inf"), ss_t, ss_r
+
+        F, ss_t, ss_r = stat(np.arange(n))
+        null = np.array([stat(p)[0] for p in perms])
+        pval = (1 + int((null >= F - 1e-12 * abs(F)).sum())) / (n_perm + 1) if n_perm else float("nan")
+        rows[t] = dict(df=df_t, SS=ss_t, R2=ss_t / ss_total if ss_total > 0 else float("nan"), F=F, p=pval)
+    ss_res = ss_total - float(np.einsum("ij,ij->", Qc, G @ Qc))
+    rows["Residual"] = dict(df=df_res, SS=ss_res, R2=ss_res / ss_total if ss_total > 0 else float("nan"),
+                            F=float("nan"), p=float("nan"))
+    rows["Total"] = dict(df=n - 1, SS=ss_total, R2=1.0, F=float("nan"), p=float("nan"))
+    return pd.DataFrame.from_dict(rows, orient="index")
 
 
 # ---------------------------------------------------------------- figures

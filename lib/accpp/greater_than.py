@@ -33,7 +33,8 @@ from accpp.trace import Circuit, Tracer
 __all__ = ["YearTokenization", "GTPrompt", "year_mode", "digit_ids", "pair_ids", "make_prompt", "gt_prompts",
            "year_distribution", "prob_diff", "units_prob_diff", "trace_target", "trace_gt", "year_heads",
            "seed_shares", "attention_to_year", "heads_ablated_at_last_position",
-           "units_prob_diff_ablated", "units_prob_diff_knockouts"]
+           "units_prob_diff_ablated", "units_prob_diff_knockouts", "split_half", "head_dla", "top_heads",
+           "parse_head", "knockout_comparison"]
 
 CENTURIES = tuple(range(11, 18))  # 1100s ... 1700s, as in Hanna et al.
 YY_RANGE = (2, 98)  # start years XX02 ... XX98
@@ -265,9 +266,9 @@ _OUT_PROJ = ("o_proj", "c_proj", "dense")  # LLaMA / Gemma, GPT-2, GPT-NeoX
 
 
 def _out_proj(tracer: Tracer, layer: int):
-    from accpp.decompose import _get
+    from accpp.arch import get_path
 
-    attn = getattr(_get(tracer.model, tracer.arch.layers_path)[layer], tracer.arch.attn_name)
+    attn = getattr(get_path(tracer.model, tracer.arch.layers_path)[layer], tracer.arch.attn_name)
     for name in _OUT_PROJ:
         if hasattr(attn, name):
             return getattr(attn, name)
@@ -357,4 +358,95 @@ def units_prob_diff_knockouts(tracer: Tracer, prompts: list[GTPrompt], head_sets
                 h.remove()
         probs = torch.softmax(logits[:, -1].double(), -1).cpu()
         out[:, j] = probs[:, correct].sum(1) - probs[:, wrong].sum(1)
+    return out
+
+
+# ---------------------------------------------------------------- held-out head selection
+
+def split_half(items: list, seed: int) -> tuple[list, list]:
+    """A seeded random split into a selection half and a test half (the test half gets the extra item)."""
+    if len(items) < 2:
+        raise ValueError(f"need at least 2 items to split, got {len(items)}")
+    idx = list(range(len(items)))
+    random.Random(seed).shuffle(idx)
+    k = len(items) // 2
+    return [items[i] for i in sorted(idx[:k])], [items[i] for i in sorted(idx[k:])]
+
+
+@torch.no_grad()
+def head_dla(tracer: Tracer, prompts: list[GTPrompt]) -> torch.Tensor:
+    """(layers, heads): each head's direct contribution to the traced metric (mean logit of the
+    later units digits minus the others, :func:`trace_target`) at the answer position, through the
+    final norm's scale at that position (direct logit attribution), mean over ``prompts``."""
+    from accpp.decompose import KIND_HEAD
+    from accpp.trace import answer_direction
+
+    if not prompts:
+        raise ValueError("head_dla: no prompts")
+    arch = tracer.arch
+    L, H = arch.n_layers, arch.n_heads
+    total = torch.zeros(L, H, dtype=torch.float64)
+    for p in prompts:
+        ids, correct, wrong = trace_target(tracer.tokenizer, p)
+        dec = tracer.decompose(ids)
+        pos = dec.T - 1
+        vecs, labels = dec.components(L, pos)
+        direction, _ = answer_direction(arch, dec, correct, wrong, pos)
+        proj = vecs @ direction
+        head = labels[:, 0] == KIND_HEAD
+        total.index_put_((labels[head, 1], labels[head, 2]), proj[head], accumulate=True)
+    return total / len(prompts)
+
+
+def top_heads(score: torch.Tensor, k: int, exclude=()) -> list[tuple[int, int]]:
+    """The ``k`` (layer, head)s with the highest ``score`` (layers, heads), ties by (layer, head)."""
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    L, H = score.shape
+    skip = {tuple(map(int, h)) for h in exclude}
+    cand = sorted(((float(score[l, h]), l, h) for l in range(L) for h in range(H) if (l, h) not in skip),
+                  key=lambda x: (-x[0], x[1], x[2]))
+    return [(l, h) for _, l, h in cand[:k]]
+
+
+def parse_head(h: str) -> tuple[int, int]:
+    """"A{layer}.{head}" -> (layer, head)."""
+    if not h.startswith("A") or h.count(".") != 1:
+        raise ValueError(f"not a head label: {h!r}")
+    layer, head = h[1:].split(".")
+    return int(layer), int(head)
+
+
+def knockout_comparison(tracer: Tracer, prompts: list[GTPrompt], named: dict[str, list[tuple[int, int]]],
+                        n_random: int, seed: int, progress: bool = False) -> dict:
+    """Knock out each named head set (and ``n_random`` random sets of each set's size, drawn from the
+    heads outside it, seeded) at the answer position of ``prompts``; drop = mean over prompts of the
+    units prob_diff before minus after.
+
+    Returns {"base": mean prob_diff, "methods": {name: {k, drop, p, random_drops}}} with
+    p = (1 + #{random drops >= drop}) / (n_random + 1); a name with an empty head set gets drop 0, p 1.
+    """
+    arch = tracer.arch
+    every = [(l, h) for l in range(arch.n_layers) for h in range(arch.n_heads)]
+    rng = random.Random(seed)
+    sets, spans = [[]], {}
+    for name, heads in named.items():
+        heads = [tuple(map(int, h)) for h in heads]
+        others = [h for h in every if h not in set(heads)]
+        start = len(sets)
+        sets.append(heads)
+        sets += [rng.sample(others, len(heads)) for _ in range(n_random)] if heads else []
+        spans[name] = (start, len(sets))
+    knocked = units_prob_diff_knockouts(tracer, prompts, sets, progress=progress)
+    base = knocked[0]
+    out = {"base": float(base.mean()), "methods": {}}
+    for name, (a, b) in spans.items():
+        k = len(sets[a])
+        if k == 0:
+            out["methods"][name] = dict(k=0, drop=0.0, p=1.0, random_drops=[])
+            continue
+        drop = float((base - knocked[a]).mean())
+        rand = (base[None] - knocked[a + 1:b]).mean(1)
+        p = (1 + int((rand >= drop).sum())) / (n_random + 1)
+        out["methods"][name] = dict(k=k, drop=drop, p=p, random_drops=rand.tolist())
     return out

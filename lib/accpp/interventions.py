@@ -8,9 +8,17 @@
     remove_signal(tracer, ids, spec, correct, wrong, subspace=..., seed=...)   # one-off version
 
 Each call returns an :class:`InterventionResult`: the task metric (logit(correct) - logit(wrong)
-at the answer position), the downstream firing's attention weight A_ds and the cosine between
-the final residual (the final norm's input at the answer position) with and without the
-intervention, plus the size of the removed vector relative to the head's input.
+at the answer position), the downstream firing's attention weight A_ds, and two cosines:
+
+- ``head_input_cos`` = cos(x_t, x_t - dx) at the intervention point (the residual entering the
+  downstream head's layer at the signal's token): the paper's "the residual barely changes";
+- ``final_resid_cos``: the final residual at the answer position with vs without. This one is
+  ~1 by construction (only one head's query or key input is edited, everything else is the real
+  forward pass), so it says little; it is kept as evidence.
+
+plus the size of the removed vector relative to the head's input. :func:`paired_summary` compares
+signal removals with a control per edge (Wilcoxon signed-rank) and over edges (ratio of medians of
+|dLD| with a bootstrap CI over prompts).
 
 Derivation (row vectors; notation of :mod:`accpp.arch`, :mod:`accpp.signals`)
 ------------------------------------------------------------------------------
@@ -70,8 +78,11 @@ the model's own forward pass at layer L:
 Everything else (other heads of layer L, all later layers, the logits) is the real model's
 computation. Layers below L are untouched, so the captured q, k, v equal the clean run's.
 
-Random control: the same component, side and token, with |K| singular indices drawn (seeded)
-from the head's other dh - |K| directions (:func:`random_subspace`).
+Random controls: the same component, side and token, with |K| singular indices drawn (seeded)
+from the head's other dh - |K| directions (:func:`random_subspace`): ``"random"`` removes the
+component's part on them (usually much smaller than its part on the signal's directions: a signal
+carries its component's norm, that is how it was found), ``"random_matched"`` rescales that removal
+so |dx~| equals the signal's, a control matched in removed norm.
 
 Supported: the llama-like adapters (``llama`` = SmolLM2, ``gemma2``, ``gemma3_text``); other
 families raise :class:`accpp.arch.UnsupportedArchitecture`.
@@ -83,11 +94,12 @@ from dataclasses import dataclass, field
 import torch
 
 from accpp.arch import UnsupportedArchitecture
-from accpp.decompose import KIND_BIAS, KIND_EMB, KIND_HEAD, KIND_MLP, KIND_NAMES, KIND_OFFSET, _get, visible
-from accpp.signals import Firing, FiringSolver, SignalEdge, _cap
+from accpp.arch import get_path
+from accpp.decompose import KIND_BIAS, KIND_EMB, KIND_HEAD, KIND_MLP, KIND_NAMES, KIND_OFFSET, visible
+from accpp.signals import Firing, FiringSolver, SignalEdge, softcap
 
 __all__ = ["SUPPORTED", "SIDES", "NotASignalEdge", "SignalSpec", "InterventionResult", "Intervener",
-           "random_subspace", "remove_signal", "head_patch", "top_seed_edges", "compare_subspaces"]
+           "random_subspace", "remove_signal", "head_patch", "top_seed_edges", "compare_subspaces", "paired_summary"]
 
 SUPPORTED = ("llama", "gemma2", "gemma3_text")
 SIDES = {"d": "query", "s": "key"}
@@ -125,6 +137,7 @@ class SignalSpec:
     sing: tuple[int, ...]
     attribution: float | None = None
     drop: float | None = None
+    span: bool = False  # key side only: the signal spans every visible key position (the authors' variant)
 
     @property
     def firing(self) -> Firing:
@@ -143,20 +156,24 @@ class SignalSpec:
         k = KIND_NAMES.get(self.kind, "?")
         comp = {"head": f"A{self.comp_layer}.{self.comp_head}<{self.comp_src}", "mlp": f"M{self.comp_layer}",
                 "emb": "E", "bias": f"B{self.comp_layer}", "offset": f"O{self.comp_layer}.{self.comp_head}"}.get(k, k)
+        where = "all keys" if self.span else SIDES.get(self.side, self.side)
         return (f"{comp}@{self.token} -> A{self.layer}.{self.head}@{self.dest}<{self.src} "
-                f"({SIDES.get(self.side, self.side)}, k={list(self.sing)})")
+                f"({where}, k={list(self.sing)})")
 
     @classmethod
-    def from_edge(cls, firing: Firing, edge: SignalEdge) -> "SignalSpec":
-        """From a :class:`accpp.signals.SignalEdge` of ``FiringSolver.solve(firing)``."""
+    def from_edge(cls, firing: Firing, edge: SignalEdge, variant: str = "authors") -> "SignalSpec":
+        """From a :class:`accpp.signals.SignalEdge` of ``FiringSolver.solve(firing)``; ``variant``: the
+        solver's (with "authors" a key-side signal spans every visible key position)."""
         if not isinstance(edge, SignalEdge):
             raise NotASignalEdge(f"expected a SignalEdge, got {type(edge).__name__}")
         return cls(firing.layer, firing.head, firing.dest, firing.src, edge.side, edge.kind, edge.layer,
-                   edge.head, edge.src, edge.token, tuple(int(k) for k in edge.sing), edge.attribution, edge.drop)
+                   edge.head, edge.src, edge.token, tuple(int(k) for k in edge.sing), edge.attribution, edge.drop,
+                   _span(edge.side, variant))
 
     @classmethod
-    def from_graph(cls, graph, u: str, v: str, key=None) -> "SignalSpec":
-        """From the circuit graph edge u -> v (``key`` picks among parallel edges; needed if several)."""
+    def from_graph(cls, graph, u: str, v: str, key=None, variant: str = "authors") -> "SignalSpec":
+        """From the circuit graph edge u -> v (``key`` picks among parallel edges; needed if several);
+        ``variant``: the tracer's (``circuit.meta["variant"]``)."""
         if not graph.has_edge(u, v):
             raise NotASignalEdge(f"the circuit has no edge {u!r} -> {v!r}")
         if key is None:
@@ -182,10 +199,17 @@ class SignalSpec:
             lay = -1 if kind == KIND_EMB else lay
         return cls(dst_node["layer"], dst_node["head"], dst_node["dest"], dst_node["src"], data["side"], kind,
                    lay, head, src, data["token"],
-                   tuple(int(k) for k in data["sing"]), data.get("attribution"), data.get("drop"))
+                   tuple(int(k) for k in data["sing"]), data.get("attribution"), data.get("drop"),
+                   _span(data["side"], variant))
 
     def with_sing(self, sing) -> "SignalSpec":
         return SignalSpec(**{**self.__dict__, "sing": tuple(int(k) for k in sing)})
+
+
+def _span(side: str, variant: str) -> bool:
+    if variant not in ("authors", "per-position"):
+        raise ValueError(f"unknown tracer variant {variant!r}: 'authors' or 'per-position'")
+    return side == "s" and variant == "authors"
 
 
 def random_subspace(sing, dh: int, seed: int) -> tuple[int, ...]:
@@ -225,7 +249,7 @@ class head_patch:
         if side not in SIDES:
             raise ValueError(f"unknown side {side!r}: 'd' (query side) or 's' (key side)")
         self.arch, self.lw = arch, arch.layers[L]
-        self.attn = getattr(_get(model, arch.layers_path)[L], arch.attn_name)
+        self.attn = getattr(get_path(model, arch.layers_path)[L], arch.attn_name)
         self.L, self.a, self.kv, self.side, self.row = L, a, self.lw.kv_of(a), side, row
         self.delta = None if delta is None else delta.detach().to(torch.float64)
         self.pattern = None
@@ -274,7 +298,7 @@ class head_patch:
                 k = k.clone()
                 k[self.row] -= self.delta
         T, lw = q.shape[0], self.lw
-        S = _cap(lw.scale * q @ k.T, lw.softcap)
+        S = softcap(lw.scale * q @ k.T, lw.softcap)
         mask = torch.zeros(T, T, dtype=torch.bool)
         for t in range(T):
             mask[t, visible(T, t, lw.sliding_window)] = True
@@ -347,6 +371,8 @@ class InterventionResult:
 
 
 def _cos(x: torch.Tensor, y: torch.Tensor) -> float:
+    """Cosine of two vectors (or of two matrices as flattened vectors: over all positions)."""
+    x, y = x.reshape(-1), y.reshape(-1)
     return float((x @ y) / (x.norm() * y.norm()).clamp_min(1e-300))
 
 
@@ -361,7 +387,8 @@ class Intervener:
         self.ids = torch.as_tensor(input_ids).reshape(-1)
         self.correct, self.wrong = int(correct), int(wrong)
         self.dec = tracer.decompose(self.ids)
-        self.solver = FiringSolver(self.dec, tracer.svd)
+        self.variant = getattr(tracer.config, "variant", "authors")
+        self.solver = FiringSolver(self.dec, tracer.svd, variant=self.variant)
         self.T = self.dec.T
         self.position = position % self.T
         self.replay = replay  # replay the clean outputs of the layers below the intervention
@@ -373,9 +400,9 @@ class Intervener:
         """One forward pass (optionally under ``patch``). ``skip_below=L`` replays the clean run's
         outputs of layers < L instead of recomputing them (they cannot change: an intervention at
         layer L acts after them), which is the same computation, only cheaper."""
-        layers = _get(self.model, self.arch.layers_path)
+        layers = get_path(self.model, self.arch.layers_path)
         seen, attn, handles, swapped = {}, {}, [], []
-        final = _get(self.model, self.arch.final_norm_path)
+        final = get_path(self.model, self.arch.final_norm_path)
         handles.append(final.register_forward_pre_hook(lambda mod, args: seen.__setitem__("x", args[0])))
         for i, layer in enumerate(layers):
             mod = getattr(layer, self.arch.attn_name)
@@ -440,35 +467,60 @@ class Intervener:
         if spec.kind not in (KIND_EMB, KIND_HEAD, KIND_MLP, KIND_BIAS, KIND_OFFSET):
             raise NotASignalEdge(f"unknown component kind {spec.kind}")
 
-    def coefficients(self, spec: SignalSpec) -> torch.Tensor:
-        """The component's coefficients (dh,) on head (layer, head)'s singular directions at the
-        signal's token: alpha_c (query side) or beta_{c,j} (key side)."""
-        self.validate(spec)
-        C, labels = self.solver.token_coeffs(spec.layer, spec.head, spec.token, "q" if spec.side == "d" else "k")
+    def rows(self, spec: SignalSpec) -> list[int]:
+        """Token rows the signal acts at: [d] (query side), [j] (key side at one position), or every
+        key position visible from d (``spec.span``, the authors' key side)."""
+        if spec.span:
+            return visible(self.T, spec.dest, self.arch.layers[spec.layer].sliding_window).tolist()
+        return [spec.token]
+
+    def _coef_at(self, spec: SignalSpec, t: int) -> torch.Tensor | None:
+        C, labels = self.solver.token_coeffs(spec.layer, spec.head, t, "q" if spec.side == "d" else "k")
         hit = torch.nonzero((labels == torch.tensor(spec.label)).all(-1))
-        if hit.numel() != 1:
+        return C[int(hit[0, 0])] if hit.numel() == 1 else None
+
+    def coefficients(self, spec: SignalSpec) -> torch.Tensor:
+        """The component's coefficients on head (layer, head)'s singular directions at the signal's
+        token(s): alpha_c (dh,) (query side), beta_{c,j} (dh,) (key side), or (n, dh) over the rows of
+        :meth:`rows` for a spanning key-side signal (zeros where the component is absent: an upstream
+        head's output from source j' exists at key positions >= j' only)."""
+        self.validate(spec)
+        rows = self.rows(spec)
+        found = [self._coef_at(spec, t) for t in rows]
+        if all(c is None for c in found):
             raise NotASignalEdge(
                 f"{spec.describe()}: no component {KIND_NAMES.get(spec.kind)} (layer {spec.comp_layer}, head "
                 f"{spec.comp_head}, source {spec.comp_src}) in the residual entering layer {spec.layer} at token "
-                f"{spec.token}")
-        return C[int(hit[0, 0])]
+                f"{spec.token}" + (" or any other visible key position" if spec.span else ""))
+        if not spec.span:
+            return found[0]
+        dh = self.arch.d_head
+        return torch.stack([c if c is not None else torch.zeros(dh, dtype=torch.float64) for c in found])
 
     def head_delta(self, spec: SignalSpec, sing=None) -> torch.Tensor:
-        """delta (dh,) subtracted from the rotated query qf_d (or head a's key kf_j):
-        (coef * 1_K) Ut^{-1} (or Vt^{-1}), K = ``sing`` (default: the signal's own indices)."""
+        """delta subtracted from the rotated query qf_d (or head a's key kf_j): (coef * 1_K) Ut^{-1}
+        (or Vt^{-1}), K = ``sing`` (default: the signal's own indices); (dh,), or (n, dh) for a
+        spanning key-side signal (one row per position of :meth:`rows`)."""
         coef = self.coefficients(spec)
         sing = spec.sing if sing is None else tuple(sing)
-        if any(not 0 <= k < coef.numel() for k in sing):
-            raise ValueError(f"singular indices {list(sing)} outside 0..{coef.numel() - 1}")
+        dh = coef.shape[-1]
+        if any(not 0 <= k < dh for k in sing):
+            raise ValueError(f"singular indices {list(sing)} outside 0..{dh - 1}")
         masked = torch.zeros_like(coef)
         idx = torch.tensor(sing, dtype=torch.long)
-        masked[idx] = coef[idx]
+        masked[..., idx] = coef[..., idx]
         B = (self.solver.svd.Ut if spec.side == "d" else self.solver.svd.Vt)[spec.layer, spec.head]
-        return torch.linalg.solve(B.mT, masked)  # delta B = masked
+        return torch.linalg.solve(B.mT, masked.reshape(-1, dh).T).T.reshape(coef.shape)  # delta B = masked
 
     def input_delta(self, spec: SignalSpec, delta: torch.Tensor) -> torch.Tensor:
-        """Minimum-norm dx~ (d_model, in units of x / sigma_t) whose effect on head a is ``delta``."""
-        L, t, lw = spec.layer, spec.token, self.arch.layers[spec.layer]
+        """Minimum-norm dx~ (in units of x / sigma_t) whose effect on head a is ``delta``: (d_model,),
+        or (n, d_model) for a spanning key-side signal."""
+        if spec.span:
+            return torch.stack([self._input_delta_at(spec, t, delta[i]) for i, t in enumerate(self.rows(spec))])
+        return self._input_delta_at(spec, spec.token, delta)
+
+    def _input_delta_at(self, spec: SignalSpec, t: int, delta: torch.Tensor) -> torch.Tensor:
+        L, lw = spec.layer, self.arch.layers[spec.layer]
         side = "q" if spec.side == "d" else "k"
         v = delta
         if self.dec.rot[L] is not None:
@@ -484,13 +536,17 @@ class Intervener:
     # -- interventions ----------------------------------------------------------------------------
     def apply(self, spec: SignalSpec, delta: torch.Tensor | None) -> tuple[RunOutput, head_patch]:
         """Forward pass with ``delta`` subtracted at head (layer, head)'s query/key (see head_patch)."""
-        patch = head_patch(self.model, self.arch, spec.layer, spec.head, spec.side, spec.token, delta)
+        row = torch.tensor(self.rows(spec)) if spec.span else spec.token
+        patch = head_patch(self.model, self.arch, spec.layer, spec.head, spec.side, row, delta)
         return self.run(patch, skip_below=spec.layer if self.replay else 0), patch
 
     def remove(self, spec: SignalSpec, subspace: str = "signal", seed: int | None = None,
                sing=None) -> InterventionResult:
         """Remove the signal (``subspace="signal"``), a random same-size subspace of the other singular
-        directions (``"random"``, ``seed`` required) or explicit indices (``"custom"``, ``sing``)."""
+        directions (``"random"``, ``seed`` required), the same random subspace with its removal rescaled
+        so that |dx~| equals the signal's (``"random_matched"``: a control matched in removed norm, the
+        random directions carry less of the component) or explicit indices (``"custom"``, ``sing``).
+        ``extra["norm_scale"]`` is the rescaling factor (1 unless matched)."""
         self.validate(spec)
         if subspace == "signal":
             K = spec.sing
@@ -498,17 +554,30 @@ class Intervener:
             if seed is None:
                 raise ValueError("subspace='random' needs a seed")
             K = random_subspace(spec.sing, self.arch.d_head, seed)
+        elif subspace == "random_matched":
+            if seed is None:
+                raise ValueError("subspace='random_matched' needs a seed")
+            K = random_subspace(spec.sing, self.arch.d_head, seed)
         elif subspace == "custom":
             if sing is None:
                 raise ValueError("subspace='custom' needs sing=")
             K = tuple(int(k) for k in sing)
         else:
-            raise ValueError(f"unknown subspace {subspace!r}: 'signal', 'random' or 'custom'")
+            raise ValueError(f"unknown subspace {subspace!r}: 'signal', 'random', 'random_matched' or 'custom'")
         delta = self.head_delta(spec, K)
-        out, patch = self.apply(spec, delta)
-        L, a, d, s, t = spec.layer, spec.head, spec.dest, spec.src, spec.token
         dx = self.input_delta(spec, delta)
-        x = self.dec.acts.resid[L, t] / self.dec.sigma[L, t]  # x~_t
+        scale = 1.0
+        if subspace == "random_matched":  # same directions as 'random', rescaled to the signal's removed norm
+            target = self.input_delta(spec, self.head_delta(spec, spec.sing)).norm()
+            if not float(dx.norm()) > 0:
+                raise ValueError(f"{spec.describe()}: the component has no part on the random directions {list(K)}; "
+                                 "cannot match the signal's removed norm")
+            scale = float(target / dx.norm())
+            delta, dx = delta * scale, dx * scale
+        out, patch = self.apply(spec, delta)
+        L, a, d, s = spec.layer, spec.head, spec.dest, spec.src
+        t = torch.tensor(self.rows(spec)) if spec.span else spec.token
+        x = self.dec.acts.resid[L, t] / (self.dec.sigma[L, t][:, None] if spec.span else self.dec.sigma[L, t])  # x~_t
         clean_head = self._clean_head_vector(spec)
         return InterventionResult(
             spec=spec, subspace=subspace, sing_removed=tuple(K), seed=seed,
@@ -516,14 +585,16 @@ class Intervener:
             attn_before=float(self.clean.attn[L, a, d, s]), attn_after=float(out.attn[L, a, d, s]),
             final_resid_cos=_cos(self.clean.final_resid, out.final_resid),
             head_input_cos=_cos(x, x - dx), removed_norm_ratio=float(dx.norm() / x.norm()),
-            delta_norm_ratio=float(delta.norm() / clean_head.norm()))
+            delta_norm_ratio=float(delta.norm() / clean_head.norm()), extra=dict(norm_scale=scale))
 
     def _clean_head_vector(self, spec: SignalSpec) -> torch.Tensor:
-        """qf_d (query side) or kf_j (key side) of the clean run, from the decomposition."""
+        """qf_d (query side) or kf_j (key side; every row of :meth:`rows` when spanning) of the clean
+        run, from the decomposition."""
         side = "q" if spec.side == "d" else "k"
-        C, _ = self.solver.token_coeffs(spec.layer, spec.head, spec.token, side)
         B = (self.solver.svd.Ut if side == "q" else self.solver.svd.Vt)[spec.layer, spec.head]
-        return torch.linalg.solve(B.mT, C.sum(0))
+        out = [torch.linalg.solve(B.mT, self.solver.token_coeffs(spec.layer, spec.head, t, side)[0].sum(0))
+               for t in self.rows(spec)]
+        return torch.stack(out) if spec.span else out[0]
 
 
 def remove_signal(tracer, input_ids, spec: SignalSpec, correct: int, wrong: int, subspace: str = "signal",
@@ -533,17 +604,92 @@ def remove_signal(tracer, input_ids, spec: SignalSpec, correct: int, wrong: int,
 
 
 # ---------------------------------------------------------------------------------------------
-def top_seed_edges(graph, k: int) -> list[SignalSpec]:
+def top_seed_edges(graph, k: int, variant: str = "authors") -> list[SignalSpec]:
     """The ``k`` signal edges of highest attribution into the circuit's seed firings (the head
-    firings with an edge into the logits node: the ones that write the metric directly)."""
+    firings with an edge into the logits node: the ones that write the metric directly);
+    ``variant``: the tracer's (``circuit.meta["variant"]``)."""
     seeds = {u for u, _, d in graph.edges(data=True)
              if d.get("side") == "seed" and graph.nodes[u].get("kind") == "head" and graph.nodes[u].get("traced")}
     edges = [(d["attribution"], u, v, key) for v in seeds
              for u, _, key, d in graph.in_edges(v, keys=True, data=True) if d.get("side") in SIDES]
     edges.sort(key=lambda e: (-e[0], e[1], e[2], e[3]))
-    return [SignalSpec.from_graph(graph, u, v, key) for _, u, v, key in edges[:k]]
+    return [SignalSpec.from_graph(graph, u, v, key, variant) for _, u, v, key in edges[:k]]
 
 
-def compare_subspaces(iv: Intervener, spec: SignalSpec, n_random: int, seed: int = 0) -> list[InterventionResult]:
-    """The signal removed, then ``n_random`` random same-size subspaces (seeds seed, seed+1, ...)."""
-    return [iv.remove(spec)] + [iv.remove(spec, "random", seed=seed + r) for r in range(n_random)]
+def compare_subspaces(iv: Intervener, spec: SignalSpec, n_random: int, seed: int = 0,
+                      controls=("random",)) -> list[InterventionResult]:
+    """The signal removed, then for each control in ``controls`` ("random", "random_matched") ``n_random``
+    random same-size subspaces (seeds seed, seed+1, ...; the same draws for every control)."""
+    for c in controls:
+        if c not in ("random", "random_matched"):
+            raise ValueError(f"unknown control {c!r}: 'random' or 'random_matched'")
+    return [iv.remove(spec)] + [iv.remove(spec, c, seed=seed + r) for c in controls for r in range(n_random)]
+
+
+def paired_summary(df, control: str = "random_matched", seed: int = 0, n_boot: int = 2000) -> dict:
+    """Signal removals against a control, per edge and over edges.
+
+    ``df``: one row per intervention (:meth:`InterventionResult.row` plus ``edge`` and ``prompt``
+    columns), with ``subspace`` "signal" for one row per edge and ``control`` for that edge's draws.
+    Returns (all |dLD| = |change of the metric|):
+
+    - ``abs_dld_ratio``: median |dLD| of the signal removals / median |dLD| of the control removals;
+      ``abs_dld_ratio_ci_low`` / ``_ci_high``: 2.5th / 97.5th percentiles over ``n_boot`` bootstrap
+      resamples of the prompts (each brings its edges and their draws), seeded;
+    - ``wilcoxon_p``: one-sided Wilcoxon signed-rank test, per edge signal |dLD| minus the mean |dLD|
+      of its control draws (paired, > 0); ``frac_edges_signal_above``: edges where the signal's |dLD|
+      exceeds every one of its draws';
+    - ``median_rel_dld_signal`` / ``_control``: median of dLD / LD before (negative: the metric falls);
+    - ``median_head_input_cos_signal`` / ``_control``: cosine at the intervention point;
+      ``median_final_resid_cos_signal``; ``median_removed_norm_signal`` / ``_control``;
+    - ``n_edges``, ``n_prompts``, ``n_draws`` (draws per edge, the minimum over edges).
+    """
+    import numpy as np
+    from scipy.stats import wilcoxon
+
+    need = {"edge", "prompt", "subspace", "metric_change", "metric_before", "head_input_cos", "final_resid_cos",
+            "removed_norm_ratio"}
+    missing = need - set(df.columns)
+    if missing:
+        raise ValueError(f"paired_summary: missing columns {sorted(missing)}")
+    d = df.assign(abs_dld=df["metric_change"].abs(), rel_dld=df["metric_change"] / df["metric_before"])
+    sig = d[d["subspace"] == "signal"].set_index("edge")
+    ctl = d[d["subspace"] == control]
+    if sig.empty or ctl.empty:
+        raise ValueError(f"paired_summary: need rows with subspace 'signal' and {control!r}")
+    if sig.index.duplicated().any():
+        raise ValueError("paired_summary: more than one signal row for an edge")
+    by_edge = ctl.groupby("edge")["abs_dld"]
+    missing_edges = set(sig.index) - set(by_edge.groups)
+    if missing_edges:
+        raise ValueError(f"paired_summary: edges without {control!r} draws: {sorted(missing_edges)[:5]}")
+    ctl_mean, ctl_max = by_edge.mean().reindex(sig.index), by_edge.max().reindex(sig.index)
+    diff = (sig["abs_dld"] - ctl_mean).to_numpy()
+    p = float(wilcoxon(diff, alternative="greater").pvalue) if np.any(diff != 0) else 1.0
+
+    prompts = np.array(sorted(d["prompt"].unique()))
+    sig_by_p = {q: g["abs_dld"].to_numpy() for q, g in sig.groupby("prompt")}
+    ctl_by_p = {q: g["abs_dld"].to_numpy() for q, g in ctl.groupby("prompt")}
+    rng = np.random.default_rng(seed)
+    boot = np.empty(n_boot)
+    for b in range(n_boot):
+        pick = rng.choice(prompts, size=len(prompts), replace=True)
+        s_ = np.concatenate([sig_by_p.get(q, np.zeros(0)) for q in pick])
+        c_ = np.concatenate([ctl_by_p.get(q, np.zeros(0)) for q in pick])
+        boot[b] = np.median(s_) / np.median(c_) if len(s_) and len(c_) and np.median(c_) > 0 else np.nan
+    boot = boot[np.isfinite(boot)]
+    ratio = float(sig["abs_dld"].median() / ctl["abs_dld"].median())
+    return dict(
+        abs_dld_ratio=ratio,
+        abs_dld_ratio_ci_low=float(np.percentile(boot, 2.5)) if len(boot) else float("nan"),
+        abs_dld_ratio_ci_high=float(np.percentile(boot, 97.5)) if len(boot) else float("nan"),
+        wilcoxon_p=p, frac_edges_signal_above=float((sig["abs_dld"] > ctl_max).mean()),
+        median_abs_dld_signal=float(sig["abs_dld"].median()), median_abs_dld_control=float(ctl["abs_dld"].median()),
+        median_rel_dld_signal=float(sig["rel_dld"].median()), median_rel_dld_control=float(ctl["rel_dld"].median()),
+        median_head_input_cos_signal=float(sig["head_input_cos"].median()),
+        median_head_input_cos_control=float(ctl["head_input_cos"].median()),
+        median_final_resid_cos_signal=float(sig["final_resid_cos"].median()),
+        median_removed_norm_signal=float(sig["removed_norm_ratio"].median()),
+        median_removed_norm_control=float(ctl["removed_norm_ratio"].median()),
+        n_edges=int(len(sig)), n_prompts=int(len(prompts)), n_draws=int(by_edge.size().min()),
+        n_boot=int(len(boot)))

@@ -30,7 +30,8 @@ from accpp.datasets import IOIPrompt, load_names, make_prompt, single_token_name
 
 __all__ = ["LANGUAGES", "load", "language_names", "shared_names", "ml_prompt", "language_set", "parallel_sets",
            "component_set", "edge_set", "signal_set", "jaccard", "language_distances", "mean_offdiag",
-           "closest_pair", "closest_pair_stable", "average_linkage", "draw_dendrogram"]
+           "closest_pair", "closest_pair_stable", "average_linkage", "draw_dendrogram", "null_sets", "chance_jaccard",
+           "adjusted_jaccard", "reuse_vs_null", "specificity_gap", "closest_pair_bootstrap"]
 
 LANGUAGES = ("en", "es", "fr", "pt")
 
@@ -97,7 +98,16 @@ def language_set(tokenizer, lang: str, n: int, seed: int = 0) -> list[IOIPrompt]
 def parallel_sets(tokenizer, n: int, seed: int = 0, languages=LANGUAGES) -> dict[str, list[IOIPrompt]]:
     """n prompts per language, prompt i identical across languages up to translation: same template,
     order, place, object and the same (IO, S) pair from :func:`shared_names`. Templates cycle
-    through all of them and orders alternate, so small n covers both orders."""
+    through all of them and orders alternate (flipping every cycle), so small n covers both orders
+    and 2 x (number of templates) prompts cover every (template, order) cell."""
+    rows = _parallel_rows(tokenizer, n, seed, languages)
+    return {lang: [ml_prompt(tokenizer, lang, t, order, io, s, p, o) for t, order, p, o, io, s in rows]
+            for lang in languages}
+
+
+def _parallel_rows(tokenizer, n: int, seed: int, languages) -> list[tuple]:
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
     spec = _lang(languages[0])
     names = shared_names(tokenizer)
     if len(names) < 2:
@@ -107,9 +117,28 @@ def parallel_sets(tokenizer, n: int, seed: int = 0, languages=LANGUAGES) -> dict
     rows = []
     for i in range(n):
         io, s = rng.sample(names, 2)
-        rows.append((i % k, ("BABA", "ABBA")[i % 2], rng.randrange(len(spec["places"])),
+        # templates cycle; the order alternates and flips every cycle, so 2k prompts cover every
+        # (template, order) cell once (with k even a plain alternation would pair each template with one order)
+        rows.append((i % k, ("BABA", "ABBA")[(i + i // k) % 2], rng.randrange(len(spec["places"])),
                      rng.randrange(len(spec["objects"])), io, s))
-    return {lang: [ml_prompt(tokenizer, lang, t, order, io, s, p, o) for t, order, p, o, io, s in rows]
+    return rows
+
+
+def null_sets(tokenizer, n: int, seed: int = 0, languages=LANGUAGES) -> dict[str, list[IOIPrompt]]:
+    """The within-language null of :func:`parallel_sets`: prompt i has the same template, order,
+    place and object as prompt i there, in the same language, with another (IO, S) pair of shared
+    names (neither name in the original pair; seeded). Comparing a circuit with its null counterpart
+    measures how much circuits change when only the names change, at the same circuit sizes."""
+    rows = _parallel_rows(tokenizer, n, seed, languages)
+    names = shared_names(tokenizer)
+    if len(names) < 4:
+        raise ValueError("the null needs at least four shared single-token names")
+    rng = random.Random(f"{seed}-null")
+    out_rows = []
+    for t, order, p, o, io, s in rows:
+        io2, s2 = rng.sample([x for x in names if x not in (io, s)], 2)
+        out_rows.append((t, order, p, o, io2, s2))
+    return {lang: [ml_prompt(tokenizer, lang, t, order, io, s, p, o) for t, order, p, o, io, s in out_rows]
             for lang in languages}
 
 
@@ -219,3 +248,121 @@ def draw_dendrogram(Z: np.ndarray, labels: list[str], ax=None, title: str = ""):
     ax.grid(axis="x", visible=False)
     ax.set_title(title, fontsize=9)
     return ax
+
+
+# ---------------------------------------------------------------- size-aware similarity, nulls, bootstrap
+
+def chance_jaccard(na: int, nb: int, universe: int) -> float:
+    """Jaccard similarity expected (to first order) between random sets of sizes ``na`` and ``nb``
+    drawn from ``universe`` items: E|a & b| = na nb / N, so E[J] ~ E|a & b| / (na + nb - E|a & b|)."""
+    if universe <= 0 or na < 0 or nb < 0 or na > universe or nb > universe:
+        raise ValueError(f"need 0 <= sizes <= universe > 0; got {na}, {nb}, {universe}")
+    if na == 0 and nb == 0:
+        return 1.0
+    inter = na * nb / universe
+    return inter / (na + nb - inter)
+
+
+def adjusted_jaccard(a, b, universe: int) -> float:
+    """Chance-corrected Jaccard: (J - E[J]) / (1 - E[J]) with E[J] from :func:`chance_jaccard`
+    (0: no more overlap than random sets of the same sizes; 1: identical). Larger sets overlap more
+    by chance, so this normalises for circuit size."""
+    e = chance_jaccard(len(set(a)), len(set(b)), universe)
+    return 0.0 if e >= 1 else (jaccard(a, b) - e) / (1 - e)
+
+
+def _pair_sims(sets: dict[str, list], langs, sim) -> dict[tuple[str, str], np.ndarray]:
+    n = {len(sets[lang]) for lang in langs}
+    if len(n) != 1:
+        raise ValueError("every language needs the same number of matched circuits")
+    return {(a, b): np.array([sim(x, y) for x, y in zip(sets[a], sets[b])])
+            for i, a in enumerate(langs) for b in langs[i + 1:]}
+
+
+def reuse_vs_null(sets: dict[str, list], null: dict[str, list], languages=None, universe: int | None = None,
+                  n_boot: int = 2000, seed: int = 0) -> dict:
+    """Cross-language similarity of matched circuits against the within-language null.
+
+    ``sets[lang][i]`` and ``null[lang][i]``: the circuit sets of parallel prompt i and of its null
+    counterpart (same template/order/place/object, other names; :func:`null_sets`). Per prompt i:
+    cross_i = mean over language pairs of sim(sets[a][i], sets[b][i]); null_i = mean over languages
+    of sim(sets[lang][i], null[lang][i]). ``sim`` is the Jaccard similarity, or the chance-corrected
+    one (:func:`adjusted_jaccard`) when ``universe`` is given.
+
+    Returns cross, null, ratio = cross / null (1: circuits change across languages no more than when
+    only the names change; < 1: language-specific), specificity = 1 - ratio, and its bootstrap 95%
+    CI over prompts (``n_boot`` resamples, seeded), with the per-prompt arrays.
+    """
+    langs = list(languages or sets)
+    sim = jaccard if universe is None else (lambda x, y: adjusted_jaccard(x, y, universe))
+    n = len(sets[langs[0]])
+    if any(len(sets[lang]) != n or len(null[lang]) != n for lang in langs):
+        raise ValueError("sets and null need the same number of circuits in every language")
+    cross = np.mean(np.stack(list(_pair_sims(sets, langs, sim).values())), 0)
+    nul = np.mean(np.stack([np.array([sim(x, y) for x, y in zip(sets[lang], null[lang])]) for lang in langs]), 0)
+    rng = np.random.default_rng(seed)
+    boot = []
+    for _ in range(n_boot):
+        i = rng.integers(0, n, n)
+        if nul[i].mean() > 0:
+            boot.append(1 - cross[i].mean() / nul[i].mean())
+    boot = np.array(boot)
+    ratio = float(cross.mean() / nul.mean()) if nul.mean() > 0 else float("nan")
+    return dict(cross=float(cross.mean()), null=float(nul.mean()), ratio=ratio, specificity=1 - ratio,
+                specificity_ci_low=float(np.percentile(boot, 2.5)) if len(boot) else float("nan"),
+                specificity_ci_high=float(np.percentile(boot, 97.5)) if len(boot) else float("nan"),
+                cross_per_prompt=cross.tolist(), null_per_prompt=nul.tolist(), n=n)
+
+
+def specificity_gap(sets_a: dict, null_a: dict, sets_b: dict, null_b: dict, languages=None,
+                    universe_a: int | None = None, universe_b: int | None = None, n_boot: int = 2000,
+                    seed: int = 0) -> dict:
+    """Specificity (1 - cross / null, :func:`reuse_vs_null`) of level b minus that of level a (e.g.
+    b = signals, a = components), with a paired bootstrap 95% CI over prompts (the same resampled
+    prompts for both levels)."""
+    ra = reuse_vs_null(sets_a, null_a, languages, universe_a, n_boot=0)
+    rb = reuse_vs_null(sets_b, null_b, languages, universe_b, n_boot=0)
+    ca, na_, cb, nb_ = (np.array(ra["cross_per_prompt"]), np.array(ra["null_per_prompt"]),
+                        np.array(rb["cross_per_prompt"]), np.array(rb["null_per_prompt"]))
+    n = len(ca)
+    rng = np.random.default_rng(seed)
+    boot = []
+    for _ in range(n_boot):
+        i = rng.integers(0, n, n)
+        if na_[i].mean() > 0 and nb_[i].mean() > 0:
+            boot.append((1 - cb[i].mean() / nb_[i].mean()) - (1 - ca[i].mean() / na_[i].mean()))
+    boot = np.array(boot)
+    return dict(gap=rb["specificity"] - ra["specificity"],
+                ci_low=float(np.percentile(boot, 2.5)) if len(boot) else float("nan"),
+                ci_high=float(np.percentile(boot, 97.5)) if len(boot) else float("nan"),
+                specificity_a=ra["specificity"], specificity_b=rb["specificity"])
+
+
+def closest_pair_bootstrap(sets: dict[str, list], languages=None, pair=("es", "pt"), n_boot: int = 2000,
+                           seed: int = 0) -> dict:
+    """How stable the ranking of language pairs is: resample the matched prompts (``n_boot`` times,
+    seeded), recompute the mean Jaccard distance of every pair, and count how often each pair is the
+    closest. Returns the fraction for ``pair`` (``frac_closest``), all fractions, and the margin
+    d(pair) - min over the other pairs of d (negative: ``pair`` closest) with its bootstrap 95% CI."""
+    langs = list(languages or sets)
+    key = tuple(sorted(pair))
+    sims = {tuple(sorted(k)): v for k, v in _pair_sims(sets, langs, jaccard).items()}
+    if key not in sims:
+        raise ValueError(f"pair {pair} not among the languages {langs}")
+    names = sorted(sims)
+    dist = 1 - np.stack([sims[k] for k in names])  # (pairs, prompts)
+    n = dist.shape[1]
+    rng = np.random.default_rng(seed)
+    j = names.index(key)
+    wins = np.zeros(len(names))
+    margins = np.empty(n_boot)
+    for b in range(n_boot):
+        m = dist[:, rng.integers(0, n, n)].mean(1)
+        wins[int(np.argmin(m))] += 1
+        margins[b] = m[j] - np.delete(m, j).min()
+    m = dist.mean(1)
+    return dict(frac_closest=float(wins[j] / n_boot) if n_boot else float("nan"),
+                fractions={"-".join(k): float(w / n_boot) for k, w in zip(names, wins)} if n_boot else {},
+                margin=float(m[j] - np.delete(m, j).min()),
+                margin_ci_low=float(np.percentile(margins, 2.5)) if n_boot else float("nan"),
+                margin_ci_high=float(np.percentile(margins, 97.5)) if n_boot else float("nan"), n=n)

@@ -10,10 +10,12 @@
 # **Checked here:** the model's Greater-Than behaviour (the exact distribution over the end year's
 # YY', the probability difference P(YY' > YY) - P(YY' <= YY)), then ACC++ circuits of the year
 # comparison: their size, which heads fire from the answer position onto YY, and how the direct
-# effect splits between heads and MLPs by layer. Two checks that do not use the tracer: each head's
-# attention from the answer position to YY, and knocking out the traced year heads at the answer
-# position against knocking out as many random heads. At `cpu`: SmolLM2-135M (offline), 32 prompts
-# for behaviour, 16 traced. At `paper`: 256 prompts, 64 traced, on Gemma-3-270M or the Hub model in
+# effect splits between heads and MLPs by layer. Then a held-out test of the year heads: the traced
+# prompts are split in two (seeded); heads are chosen on the first half in three ways (traced year
+# heads, the heads attending most from the answer position to YY, the heads with the largest direct
+# logit attribution) and knocked out at the answer position on the other half, each against 99
+# random head sets of the same size. At `cpu`: SmolLM2-135M (offline), 32 prompts for behaviour,
+# 16 traced. At `paper`: 256 prompts, 64 traced, on Gemma-3-270M or the Hub model in
 # MODEL (e.g. "gpt2", the paper's model, which writes years as two-digit tokens: handled).
 #
 # How years are traced: SmolLM2 and Gemma write "1732" digit by digit, so the end year takes two
@@ -44,16 +46,13 @@ from accpp import greater_than as gt
 from accpp.graph import save_circuit, signal_ranks
 from accpp.models import load_model
 from accpp.trace import Tracer
-from compendium import claims, paths, plotting, profiles
+from compendium import claims, notebook, paths, plotting, profiles
 
-PROFILE = profiles.check(PROFILE)
-plotting.use_style()
-torch.manual_seed(SEED)
-torch.set_num_threads(2)
-MODEL = MODEL or profiles.pick(PROFILE, cpu="smollm2-135m", paper="gemma-3-270m")
-N_BEHAVIOUR = profiles.pick(PROFILE, cpu=32, paper=256)
-N_TRACE = profiles.pick(PROFILE, cpu=16, paper=64)
-N_RANDOM = profiles.pick(PROFILE, cpu=19, paper=99)  # random head sets for the knock-out baseline
+nb = notebook.start("accpp/02_greater_than", PROFILE, SEED, DEVICE, threads=1)
+MODEL = MODEL or profiles.pick(nb.profile, cpu="smollm2-135m", paper="gemma-3-270m")
+N_BEHAVIOUR = profiles.pick(nb.profile, cpu=32, paper=256)
+N_TRACE = profiles.pick(nb.profile, cpu=16, paper=64)
+N_RANDOM = 99  # random head sets per knock-out, the same at every profile
 OUT = paths.output_dir() / "accpp" / "02_greater_than"
 OUT.mkdir(parents=True, exist_ok=True)
 
@@ -64,7 +63,7 @@ OUT.mkdir(parents=True, exist_ok=True)
 
 # %%
 t0 = time.perf_counter()
-model, tok = load_model(MODEL)
+model, tok = load_model(MODEL, device=nb.device)
 load_s = time.perf_counter() - t0
 prompts = gt.gt_prompts(tok, n=N_BEHAVIOUR, seed=SEED)
 yy = torch.tensor([p.yy for p in prompts])
@@ -93,7 +92,7 @@ axes[1].axvline(0.5, color="0.3", ls="--", lw=1)
 axes[1].set(xlim=(-40, 60), xlabel="YY' - YY", ylabel="mean probability", title="probability against the offset from YY")
 fig.suptitle(f"Greater-Than behaviour, {MODEL}: P(YY' > YY) - P(YY' <= YY) = {behaviour['prob_diff']:.2f} "
              f"on {len(prompts)} prompts")
-plotting.savefig(fig, "accpp/02_greater_than_behaviour", profile=PROFILE)
+plotting.savefig(fig, "accpp/02_greater_than_behaviour", profile=nb.profile)
 
 # %% [markdown]
 # ## 2. ACC++ circuits of the year comparison
@@ -124,7 +123,7 @@ c = circuits[biggest]
 fig, ax = plt.subplots(figsize=(12, 7))
 figures.draw_circuit(c.graph, c.tokens, ax=ax, title=f"{c.meta['text']!r} + tens digit (YY={c.meta['yy']:02d})")
 fig.suptitle(f"ACC++ Greater-Than circuit, {MODEL} (blue: query-side signals, green: key-side, red: seeds)")
-plotting.savefig(fig, "accpp/02_greater_than_circuit", profile=PROFILE)
+plotting.savefig(fig, "accpp/02_greater_than_circuit", profile=nb.profile)
 
 # %% [markdown]
 # ## 3. Where the direct effect comes from: seeds by kind and layer
@@ -147,7 +146,7 @@ ax.axvspan(LATE_FROM - 0.5, L - 0.5, color="0.92", zorder=0, label="last third o
 ax.set(xlabel="layer", ylabel="mean seed attribution (logit units)",
        title=f"seeds of {len(circuits)} Greater-Than circuits by layer, {MODEL}")
 ax.legend()
-plotting.savefig(fig, "accpp/02_greater_than_seeds_by_layer", profile=PROFILE)
+plotting.savefig(fig, "accpp/02_greater_than_seeds_by_layer", profile=nb.profile)
 mlp_total = seeds_df.query("kind == 'mlp' and attribution > 0")["attribution"].sum()
 late_mlp = seeds_df.query("kind == 'mlp' and attribution > 0 and layer >= @LATE_FROM")["attribution"].sum()
 late_mlp_share = float(late_mlp / mlp_total) if mlp_total > 0 else float("nan")
@@ -156,32 +155,34 @@ mlp_share = float(seeds_df.query("kind == 'mlp' and attribution > 0")["attributi
 print(f"MLPs carry {mlp_share:.2f} of the positive seed attribution; layers >= {LATE_FROM} carry {late_mlp_share:.2f} of the MLPs'")
 
 # %% [markdown]
-# ## 4. Year heads: traced, attending, and needed
-# Left: each head's attention from the answer position to the start year's YY tokens (mean over the
-# traced prompts), with the heads that fire onto YY in at least one traced circuit circled. Right:
-# the units-digit probability difference when the traced year heads write nothing at the answer
-# position, against knocking out as many heads drawn at random from the other heads (seeded).
+# ## 4. Year heads: chosen on one half, knocked out on the other
+# The traced prompts are split in two (seeded). On the selection half, heads are chosen three ways:
+# the traced year heads (a firing from the answer position onto YY in at least one circuit), the same
+# number of heads with the most attention from the answer position to YY, and the same number with
+# the largest direct logit attribution to the traced metric. On the test half each set is knocked out
+# at the answer position (its output zeroed there), against 99 random sets of the same size drawn
+# from the other heads; p = (1 + random sets dropping the probability difference at least as much) / 100.
 
 # %%
-att = gt.attention_to_year(model, tok, chosen)
-counts = Counter(h for c in circuits for h in gt.year_heads(c.graph, c.meta["pos"]))
-traced_heads = [tuple(int(x) for x in h[1:].split(".")) for h in counts]
-rank = torch.argsort(torch.argsort(att.flatten(), descending=True))  # 0 = most attention to YY
-percentile = [1 - float(rank[layer * H + head]) / (L * H) for layer, head in traced_heads]
-others = [(layer, head) for layer in range(L) for head in range(H) if (layer, head) not in set(traced_heads)]
-rng = random.Random(SEED)
-head_sets = [[], traced_heads] + [rng.sample(others, len(traced_heads)) for _ in range(N_RANDOM)]
-knocked = gt.units_prob_diff_knockouts(tracer, chosen, head_sets, progress=True)  # (sets, prompts)
-base_u, ko = knocked[0], knocked[1]
-year_drop = float((base_u - ko).mean())
-random_drops = (base_u[None] - knocked[2:]).mean(1).numpy()
-p_random = float((1 + (random_drops >= year_drop).sum()) / (1 + len(random_drops)))
-heads_table = pd.DataFrame([dict(head=f"A{l}.{h}", circuits=counts[f"A{l}.{h}"], attention_to_yy=float(att[l, h]),
-                                 attention_percentile=pct) for (l, h), pct in zip(traced_heads, percentile)])
-print(f"knocking out {len(traced_heads)} traced year heads: units prob_diff {float(base_u.mean()):.3f} -> "
-      f"{float(ko.mean()):.3f} (drop {year_drop:.3f}); random heads: drop {random_drops.mean():.3f} "
-      f"(max {random_drops.max():.3f}), p = {p_random:.3f}")
-heads_table.sort_values("circuits", ascending=False).round(3)
+sel_idx, test_idx = gt.split_half(list(range(len(chosen))), seed=nb.seed)
+sel = [chosen[i] for i in sel_idx]
+test = [chosen[i] for i in test_idx]
+counts = Counter(h for i in sel_idx for h in gt.year_heads(circuits[i].graph, circuits[i].meta["pos"]))
+traced_heads = sorted(gt.parse_head(h) for h in counts)
+k_heads = max(1, len(traced_heads))
+att = gt.attention_to_year(model, tok, sel)
+dla = gt.head_dla(tracer, sel)
+named = {"traced year heads": traced_heads, "attention to YY": gt.top_heads(att, k_heads),
+         "direct logit attribution": gt.top_heads(dla, k_heads)}
+ko = gt.knockout_comparison(tracer, test, named, n_random=N_RANDOM, seed=nb.seed, progress=True)
+ko_table = pd.DataFrame([dict(method=name, heads=", ".join(f"A{l}.{h}" for l, h in named[name]), k=r["k"],
+                              drop=r["drop"], p=r["p"],
+                              random_drop_mean=float(np.mean(r["random_drops"])) if r["random_drops"] else float("nan"),
+                              random_drop_max=float(np.max(r["random_drops"])) if r["random_drops"] else float("nan"))
+                         for name, r in ko["methods"].items()])
+knockout_p = float(ko["methods"]["traced year heads"]["p"])
+print(f"selection {len(sel)} / test {len(test)} prompts; units prob_diff on the test half {ko['base']:.3f}")
+ko_table.round(3)
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1.5, 1]})
@@ -189,65 +190,43 @@ sns.heatmap(att.T.numpy(), ax=axes[0], cmap="mako_r", cbar_kws={"label": "attent
             xticklabels=2, yticklabels=1)
 for layer, head in traced_heads:
     axes[0].add_patch(plt.Circle((layer + 0.5, head + 0.5), 0.45, fill=False, color="#C44E52", lw=2))
-axes[0].set(xlabel="layer", ylabel="head", title="attention to the start year's YY (circles: traced year heads)")
-sns.stripplot(y=random_drops, ax=axes[1], color="0.55", size=6, jitter=0.15, label="random heads")
-axes[1].scatter([0], [year_drop], color="#C44E52", s=120, zorder=3, marker="D", label="traced year heads")
+axes[0].set(xlabel="layer", ylabel="head", title="attention to YY, selection half (circles: traced year heads)")
+for x, (name, r) in enumerate(ko["methods"].items()):
+    axes[1].scatter(x + np.random.default_rng(x).uniform(-0.15, 0.15, len(r["random_drops"])), r["random_drops"],
+                    color="0.6", s=10)
+    axes[1].scatter([x], [r["drop"]], color="#C44E52", s=110, marker="D", zorder=3)
 axes[1].axhline(0, color="0.3", lw=1)
-axes[1].set(ylabel="drop in units prob_diff", xticks=[], title=f"knock-out of {len(traced_heads)} heads at the answer position")
-handles, labels = axes[1].get_legend_handles_labels()
-axes[1].legend(handles[-2:], labels[-2:], loc="upper right", fontsize=8)
+axes[1].set_xticks(range(len(ko["methods"])))
+axes[1].set_xticklabels([f"{n}\n(k={r['k']}, p={r['p']:.2f})" for n, r in ko["methods"].items()], fontsize=8)
+axes[1].set(ylabel="drop in units prob_diff (test half)", title="knock-out (red) vs 99 random sets (grey)")
 fig.suptitle(f"Greater-Than year heads, {MODEL}")
-plotting.savefig(fig, "accpp/02_greater_than_year_heads", profile=PROFILE)
+plotting.savefig(fig, "accpp/02_greater_than_year_heads", profile=nb.profile)
 
 # %% [markdown]
-# ### Reading the result
-# At the `cpu` profile (SmolLM2-135M, 16 traced prompts) the late-MLP half of the claim is what the
-# tracer sees first: in most circuits the seeds are MLPs of the last third of the layers and nothing
-# else, so the circuit stops there (MLPs are leaves). Year heads appear in the few circuits where a
-# head also writes the answer directly; the heads found that way are among the 3% of heads that
-# attend most from the answer to YY, and knocking out just those few heads at the answer position
-# removes nearly all of the Greater-Than behaviour while random heads do nothing. So the heads are
-# there and necessary, but most of their effect runs through the late MLPs, which the paper's
-# tracing rule does not expand: a per-prompt circuit that ends at an MLP seed is incomplete in a
-# predictable way, and the fraction recorded below measures that, not the heads' importance.
-#
-# At the `paper` profile (Gemma-3-270M, 256 behaviour and 64 traced prompts, run on a CPU) the picture
-# is the same for the MLPs (0.80 of the seed attribution, 0.99 of that from the last third) and a
-# quarter of the circuits contain a year head (three heads, among the 17% attending most to YY),
-# but the knock-out does not single them out: removing them halves the probability difference
-# (0.76 -> 0.36), while some random three-head sets remove even more (up to 1.5; p = 0.19 over 99
-# sets), so that part of the check, and with it the claim, is recorded as not holding there.
-
-# %% [markdown]
-# ## 5. Checks at this scale, and the claims ledger
-# * the model does Greater-Than: mean probability difference > 0.5 over the behaviour prompts;
-# * late MLPs: MLPs carry most of the circuits' direct effect (> 50% of the positive seed
-#   attribution) and the last third of the layers carries most of the MLPs' part (> 50%);
-# * year heads: at least one traced circuit has a head firing from the answer position onto YY,
-#   and knocking out the traced year heads lowers the units probability difference more than
-#   every one of the random head sets of the same size.
-# The recorded value is the fraction of traced circuits with at least one year head; the recorded
-# check is all of the above. At `cpu` the checks are also asserted (they hold there, and the asserts
-# keep that result in place); at `paper` the verdict is recorded as it comes.
+# ## 5. The claim's check
+# The pre-registered check (papers/accpp/claims.yaml): a year head in some traced circuit, MLPs
+# carrying most of the direct effect and the late MLPs most of that, and the traced year heads'
+# held-out knock-out beyond random head sets (knockout_p); the model must do the task
+# (precondition). The two other head choices are evidence.
 
 # %%
 frac_year = float((table["n_year_heads"] > 0).mean())
 ranks = [r for c in circuits for r in signal_ranks(c.graph)]
-config = dict(model=MODEL, mode=prompts[0].mode, n_behaviour=len(prompts), n_traced=len(circuits),
-              late_from=LATE_FROM, n_random=N_RANDOM, year_heads=sorted(counts))
-checks = {"does Greater-Than": behaviour["prob_diff"] > 0.5, "MLPs carry the direct effect": mlp_share > 0.5,
-          "late MLPs carry the MLPs' part": late_mlp_share > 0.5, "a traced year head": frac_year > 0,
-          "year heads needed beyond random heads": year_drop > random_drops.max()}
-holds = all(checks.values())
 assert len(circuits) >= min(8, N_TRACE), f"only {len(circuits)} prompts solved at the traced position"
-claims.record("accpp/greater-than-circuit", frac_year, unit="fraction of circuits with a year head",
-              profile=PROFILE, seed=SEED, config=config, check=bool(holds),
-              note=f"{MODEL}, {len(circuits)} traced prompts; prob_diff {behaviour['prob_diff']:.2f}; MLPs carry "
-                   f"{mlp_share:.2f} of the seed attribution, layers >= {LATE_FROM} {late_mlp_share:.2f} of the MLPs'; "
-                   f"{len(traced_heads)} year heads ({', '.join(sorted(counts))}); knocking them out drops the units "
-                   f"prob_diff by {year_drop:.3f} vs {random_drops.mean():.3f} for random heads (max {random_drops.max():.3f})")
-print(dict(prob_diff=behaviour["prob_diff"], frac_year=frac_year, mlp_share=mlp_share, late_mlp_share=late_mlp_share,
-           year_drop=year_drop, random_drop_max=float(random_drops.max()), holds=bool(holds),
-           rank1=sum(r == 1 for r in ranks) / max(len(ranks), 1)))
-if PROFILE == "cpu":  # the measured cpu result, held in place; at `paper` the verdict is recorded as it comes
-    assert holds, {k: bool(v) for k, v in checks.items()}
+m = claims.Measurement(
+    claim="accpp/greater-than-circuit",
+    values=dict(frac_year_head=frac_year, mlp_share=mlp_share, late_mlp_share=late_mlp_share,
+                knockout_p=knockout_p, prob_diff=float(behaviour["prob_diff"]), n_random=N_RANDOM),
+    evidence=dict(year_heads_selection=[f"A{l}.{h}" for l, h in traced_heads],
+                  knockout={name: dict(k=r["k"], drop=r["drop"], p=r["p"]) for name, r in ko["methods"].items()},
+                  units_prob_diff_test=ko["base"], rank1=sum(r == 1 for r in ranks) / max(len(ranks), 1)),
+    tables={"02_greater_than_knockouts": ko_table, "02_greater_than_circuits": table.drop(columns=["mlp_layers"])},
+    config=dict(model=MODEL, mode=prompts[0].mode, n_behaviour=len(prompts), n_traced=len(circuits),
+                n_selection=len(sel), n_test=len(test), late_from=LATE_FROM, n_random=N_RANDOM,
+                variant=circuits[0].meta["variant"]),
+    unit="fraction of circuits with a year head",
+    note=(f"{MODEL}, {len(circuits)} traced prompts; heads chosen on {len(sel)}, knocked out on {len(test)}: "
+          + "; ".join(f"{n} drop {r['drop']:.3f} (p={r['p']:.2f})" for n, r in ko["methods"].items())),
+)
+v = claims.conclude(m, profile=nb.profile, seed=nb.seed)
+v

@@ -41,16 +41,13 @@ from accpp import datasets, ioi
 from accpp import multilingual as ml
 from accpp.models import load_model
 from accpp.trace import Tracer
-from compendium import claims, paths, plotting, profiles
+from compendium import claims, notebook, paths, plotting, profiles
 
-PROFILE = profiles.check(PROFILE)
-plotting.use_style()
-torch.manual_seed(SEED)
-torch.set_num_threads(2)
-MODEL = MODEL or profiles.pick(PROFILE, cpu="smollm2-135m", paper="gemma-3-270m")
-TEMPLATES = profiles.pick(PROFILE, cpu=[0, 4, 6, 9, 13], paper=list(range(15)))
-DRAWN = profiles.pick(PROFILE, cpu=8, paper=100)  # prompts drawn per (template, order)
-PER_CELL = profiles.pick(PROFILE, cpu=3, paper=100)  # traced per cell: the first correctly solved ones
+nb = notebook.start("accpp/05_ioi_template_clusters", PROFILE, SEED, DEVICE, threads=1)
+MODEL = MODEL or profiles.pick(nb.profile, cpu="smollm2-135m", paper="gemma-3-270m")
+TEMPLATES = profiles.pick(nb.profile, cpu=[0, 4, 6, 9, 13], paper=list(range(15)))
+DRAWN = profiles.pick(nb.profile, cpu=8, paper=100)  # prompts drawn per (template, order)
+PER_CELL = profiles.pick(nb.profile, cpu=3, paper=100)  # traced per cell: the first correctly solved ones
 N_PERM = 999
 OUT = paths.output_dir() / "accpp" / "05_ioi_template_clusters"
 OUT.mkdir(parents=True, exist_ok=True)
@@ -66,7 +63,7 @@ t_start = time.perf_counter()
 
 # %%
 t0 = time.perf_counter()
-model, tok = load_model(MODEL)
+model, tok = load_model(MODEL, device=nb.device)
 load_s = time.perf_counter() - t0
 drawn = datasets.ioi_balanced(tok, per_order=DRAWN, seed=SEED, templates_idx=TEMPLATES)
 metrics = datasets.evaluate(model, drawn)
@@ -118,7 +115,7 @@ Z = {level: cl.average_linkage(m) for level, m in D.items()}
 fig = cl.dendrogram_with_labels(Z["components"], {"template": template, "order": order},
                                 palettes={"order": "Set2"}, figsize=(11, 4.5),
                                 title=f"Average linkage of IOI circuits (component sets), {MODEL}")
-plotting.savefig(fig, "accpp/05_ioi_dendrogram", profile=PROFILE)
+plotting.savefig(fig, "accpp/05_ioi_dendrogram", profile=nb.profile)
 
 # %%
 keys = [(p.template, p.order) for p in prompts]
@@ -136,7 +133,7 @@ axes[2].set_ylim(0, 1.15)
 axes[2].set_title("mean distance by pair type", fontsize=9)
 axes[2].legend(fontsize=8, loc="upper left", ncol=2)
 fig.suptitle(f"IOI circuit distances, {MODEL}, {len(prompts)} prompts")
-plotting.savefig(fig, "accpp/05_ioi_distances", profile=PROFILE)
+plotting.savefig(fig, "accpp/05_ioi_distances", profile=nb.profile)
 cells.pivot_table(index=["template", "order"], columns="level", values=["mean", "count"]).round(3)
 
 # %% [markdown]
@@ -150,7 +147,7 @@ cells.pivot_table(index=["template", "order"], columns="level", values=["mean", 
 LABELLINGS = {"template": (template, order), "order": (order, template),
               "template x order": (np.char.add(np.char.add(template, " "), order), None)}
 align = pd.DataFrame([dict(level=level, labelling=name,
-                           **cl.label_alignment(D[level], Z[level], lab, n_perm=N_PERM, seed=SEED, strata=strata))
+                           **cl.label_alignment(D[level], Z[level], lab, n_perm=N_PERM, seed=nb.seed, strata=strata))
                       for level in D for name, (lab, strata) in LABELLINGS.items()]).set_index(["level", "labelling"])
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
 for ax, col, what in zip(axes, ["ari", "gap"], ["ARI of the k-cluster cut vs the labels",
@@ -165,58 +162,63 @@ for ax, col, what in zip(axes, ["ari", "gap"], ["ARI of the k-cluster cut vs the
 axes[1].get_legend().remove()
 fig.suptitle(f"Which labelling do the circuits follow? {MODEL}, {len(prompts)} prompts "
              f"(p: {N_PERM} seeded shuffles)", y=1.03)
-plotting.savefig(fig, "accpp/05_ioi_alignment", profile=PROFILE)
+plotting.savefig(fig, "accpp/05_ioi_alignment", profile=nb.profile)
 align.round(3)
 
 # %% [markdown]
-# ## 5. Checks and recorded values
-# Measured at `cpu` (30 prompts of SmolLM2-135M, seed 0): on component sets template and order both
-# separate the distances (between - within 0.048 and 0.057, both p = 0.001, the smallest value 999
-# shuffles can give), but the average-linkage clusters follow the template (5-cluster cut: ARI 0.19,
-# p = 0.001) and not the order (2-cluster cut: ARI -0.03, p = 1.0); signal sets give the same picture
-# with a larger template ARI (0.30). So here the clusters split by wording, like the paper's Pythia,
-# not by ABBA/BABA as in its GPT-2; the effect is real but the clusters are far from pure.
-#
-# Thresholds chosen after measuring: on component sets the
-# template labelling must explain the distances (within-template mean distance < between-template,
-# permutation p < 0.01, template shuffled within order) and the template cut must beat chance
-# (ARI > 0 with p < 0.05). These asserts hold the measured `cpu` result in place (at `paper` another
-# model may split by order, as GPT-2 does in the paper, so there they are not asserted). The recorded
-# check is the claim as the paper states it, "circuits cluster by template": the labelling whose
-# k-cut agrees best with the clusters (template or order, by ARI) passes both tests. The value is
-# that ARI; the note gives both labellings' ARIs, p-values and distances, and the signal-set result.
-# A small ARI with a small p means the structure is real but the clusters are far from pure.
+# ## 5. Two-way PERMANOVA: template x order, circuit size as covariate
+# The main statistic. The k-cut ARI above depends on the linkage and the cut and cannot separate
+# template from order or from circuit size (larger circuits are closer in Jaccard distance by
+# chance); PERMANOVA tests each term on the whole distance matrix, adjusted for the others
+# (`accpp.clustering.permanova`: Freedman-Lane permutations, seeded).
+
+# %%
+sizes = np.array([len(c_) for c_ in comp])
+perm = {level: cl.permanova(D[level], {"template": template, "order": order},
+                            {"size": [len(x) for x in (comp if level == "components" else sig)]},
+                            n_perm=N_PERM, seed=nb.seed) for level in D}
+pd.concat(perm, names=["level", "term"]).round(4)
+
+# %% [markdown]
+# ## 6. The claim's check
+# The pre-registered check (papers/accpp/claims.yaml) reads the labelling (template or order) whose
+# k-cut agrees best with the clusters (ARI, permutation p, distance gap); the PERMANOVA terms are
+# recorded beside it as values.
 
 # %%
 a = align.loc["components"]
 best = "template" if a.loc["template", "ari"] >= a.loc["order", "ari"] else "order"
-passes = {lab: bool(a.loc[lab, "within"] < a.loc[lab, "between"] and a.loc[lab, "p_gap"] < 0.01
-                    and a.loc[lab, "ari"] > 0 and a.loc[lab, "p_ari"] < 0.05) for lab in ("template", "order")}
+pc = perm["components"]
 runtime_s = time.perf_counter() - t_start
 config = dict(model=MODEL, templates=TEMPLATES, per_cell=PER_CELL, drawn_per_cell=DRAWN, n_traced=len(prompts),
-              n_perm=N_PERM, distance="Jaccard on component sets (heads + MLPs)", linkage="average")
-assert len(prompts) >= 0.9 * len(TEMPLATES) * 2 * PER_CELL, len(prompts)
-assert all(len(s) > 0 for s in comp), "an empty circuit"
+              n_perm=N_PERM, distance="Jaccard on component sets (heads + MLPs)", linkage="average",
+              permanova="template + order + template x order + size (type II, Freedman-Lane)",
+              variant=circuits[0].meta["variant"])
+assert all(len(s_) > 0 for s_ in comp), "an empty circuit"
 assert np.allclose(D["components"], D["components"].T) and np.all(np.diag(D["components"]) == 0)
-if PROFILE == "cpu":  # the measured cpu result, held in place (at paper scale the check below is recorded as is)
-    assert a.loc["template", "within"] < a.loc["template", "between"] and a.loc["template", "p_gap"] < 0.01, a
-    assert a.loc["template", "ari"] > 0 and a.loc["template", "p_ari"] < 0.05, a
-
-
-def _desc(level, lab):
-    r = align.loc[(level, lab)]
-    return (f"{lab}: ARI {r['ari']:.3f} (p={r['p_ari']:.3f}), NMI {r['nmi']:.3f}, within {r['within']:.3f} vs "
-            f"between {r['between']:.3f} (p={r['p_gap']:.3f})")
-
-
-claims.record("accpp/ioi-template-clusters", float(a.loc[best, "ari"]),
-              unit=f"ARI of the average-linkage cut vs the {best} labels (component Jaccard)",
-              profile=PROFILE, seed=SEED, config=config, check=passes[best],
-              note=f"{MODEL}, {len(prompts)} prompts ({len(TEMPLATES)} templates x ABBA/BABA); clusters follow "
-                   f"{best} (higher ARI). Components: {_desc('components', 'template')}; "
-                   f"{_desc('components', 'order')}; template x order ARI "
-                   f"{align.loc[('components', 'template x order'), 'ari']:.3f}. Signals: "
-                   f"{_desc('signals', 'template')}; {_desc('signals', 'order')}. p: {N_PERM} seeded shuffles "
-                   f"(template within order, order within template).")
-print(f"best labelling {best}; passes {passes}; notebook {runtime_s:.0f} s")
-print(align.round(3).to_dict("index"))
+m = claims.Measurement(
+    claim="accpp/ioi-template-clusters",
+    values=dict(ari_best=float(a.loc[best, "ari"]), p_ari_best=float(a.loc[best, "p_ari"]),
+                gap_best=float(a.loc[best, "gap"]), p_gap_best=float(a.loc[best, "p_gap"]), n_perm=N_PERM,
+                traced_fraction=len(prompts) / (len(TEMPLATES) * 2 * PER_CELL),
+                permanova_template_F=float(pc.loc["template", "F"]), permanova_template_p=float(pc.loc["template", "p"]),
+                permanova_template_R2=float(pc.loc["template", "R2"]),
+                permanova_order_F=float(pc.loc["order", "F"]), permanova_order_p=float(pc.loc["order", "p"]),
+                permanova_order_R2=float(pc.loc["order", "R2"]),
+                permanova_interaction_p=float(pc.loc["template x order", "p"]),
+                permanova_size_p=float(pc.loc["size", "p"])),
+    evidence=dict(best=best, alignment={f"{lvl}/{lab}": {k: float(v) for k, v in r.items() if np.isfinite(v)}
+                                        for (lvl, lab), r in align.iterrows()},
+                  permanova_signals={t: {k: float(v) for k, v in r.items() if np.isfinite(v)}
+                                     for t, r in perm["signals"].iterrows()}),
+    tables={"05_ioi_alignment": align.reset_index(), "05_ioi_permanova": pd.concat(perm, names=["level", "term"]).reset_index(),
+            "05_ioi_cells": cells},
+    config=config, unit=f"ARI of the average-linkage cut vs the {best} labels (component Jaccard)",
+    note=(f"{MODEL}, {len(prompts)} prompts; PERMANOVA on component Jaccard distances: template R2 "
+          f"{pc.loc['template', 'R2']:.3f} (p={pc.loc['template', 'p']:.3f}), order R2 {pc.loc['order', 'R2']:.3f} "
+          f"(p={pc.loc['order', 'p']:.3f}), interaction p={pc.loc['template x order', 'p']:.3f}, size "
+          f"p={pc.loc['size', 'p']:.3f}; the k-cut follows {best} (ARI {a.loc[best, 'ari']:.3f})"),
+)
+v = claims.conclude(m, profile=nb.profile, seed=nb.seed)
+print(f"notebook {runtime_s:.0f} s")
+v

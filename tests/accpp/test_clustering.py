@@ -169,3 +169,76 @@ def test_permutation_test_strata_keep_strata_fixed():
     for lab in seen:  # each stratum keeps its own multiset of labels
         for s in range(3):
             assert sorted(lab[strata == s]) == sorted(labels[strata == s])
+
+
+# ---------------------------------------------------------------- PERMANOVA
+
+def _ols_f(y, cols_reduced, cols_term, cols_full):
+    n = len(y)
+
+    def rss(cols):
+        X = np.column_stack([np.ones(n)] + cols)
+        b, *_ = np.linalg.lstsq(X, y, rcond=None)
+        r = y - X @ b
+        return r @ r, np.linalg.matrix_rank(X)
+
+    r_red, k_red = rss(cols_reduced)
+    r_term, k_term = rss(cols_reduced + cols_term)
+    r_full, k_full = rss(cols_full)
+    return ((r_red - r_term) / (k_term - k_red)) / (r_full / (n - k_full))
+
+
+def _design(n=40, seed=0, effect=1.0):
+    rng = np.random.default_rng(seed)
+    t = np.array([f"T{i % 4}" for i in range(n)])
+    o = np.array(["ABBA", "BABA"])[(np.arange(n) // 4) % 2]
+    size = rng.normal(size=n)
+    y = effect * (t == "T1") + 0.5 * size + rng.normal(size=n)
+    return t, o, size, y
+
+
+def test_permanova_equals_anova_on_euclidean_distances():
+    """On 1-D data with D = |y_i - y_j|, PERMANOVA's F of each term is the OLS type-II F."""
+    t, o, size, y = _design()
+    res = cl.permanova(np.abs(y[:, None] - y[None, :]), {"template": t, "order": o}, {"size": size}, n_perm=0)
+    T, O, S = cl._dummies(t), cl._dummies(o), (size - size.mean())[:, None]
+    I = np.column_stack([T[:, i] * O[:, 0] for i in range(T.shape[1])])
+    full = [S, T, O, I]
+    assert res.loc["template", "F"] == pytest.approx(_ols_f(y, [S, O], [T], full), rel=1e-9)
+    assert res.loc["order", "F"] == pytest.approx(_ols_f(y, [S, T], [O], full), rel=1e-9)
+    assert res.loc["template x order", "F"] == pytest.approx(_ols_f(y, [S, T, O], [I], full), rel=1e-9)
+    assert res.loc["size", "F"] == pytest.approx(_ols_f(y, [T, O, I], [S], full), rel=1e-9)
+    assert res.loc["template", "df"] == 3 and res.loc["template x order", "df"] == 3
+    assert res.loc["Residual", "df"] == 40 - 1 - 1 - 3 - 1 - 3
+    assert res.loc["Total", "SS"] == pytest.approx(((y - y.mean()) ** 2).sum())
+
+
+def test_permanova_permutation_p_planted_vs_null():
+    t, o, size, y = _design(n=48, seed=1, effect=3.0)
+    D = np.abs(y[:, None] - y[None, :])
+    res = cl.permanova(D, {"template": t, "order": o}, {"size": size}, n_perm=199, seed=0)
+    assert res.loc["template", "p"] == pytest.approx(1 / 200)  # planted: no permutation reaches it
+    assert res.loc["order", "p"] > 0.05  # no order effect planted
+    assert res.equals(cl.permanova(D, {"template": t, "order": o}, {"size": size}, n_perm=199, seed=0))
+    # null: p-values over many datasets are not concentrated near 0
+    ps = []
+    for s in range(20):
+        tt, oo, ss, yy = _design(n=24, seed=100 + s, effect=0.0)
+        ps.append(cl.permanova(np.abs(yy[:, None] - yy[None, :]), {"template": tt}, n_perm=99, seed=s).loc["template", "p"])
+    assert np.mean(np.array(ps) < 0.05) <= 0.2 and np.median(ps) > 0.2
+
+
+def test_permanova_on_jaccard_sets_and_bad_input():
+    sets, labels = _planted(n_per=10, seed=2)
+    D = cl.distance_matrix(sets)
+    order = np.array(["A", "B"] * 10)
+    res = cl.permanova(D, {"group": labels.astype(str), "order": order}, {"size": [len(s) for s in sets]},
+                       n_perm=99, seed=0)
+    assert res.loc["group", "p"] == pytest.approx(0.01) and res.loc["group", "R2"] > 0.3
+    assert res.loc["order", "p"] > 0.05
+    with pytest.raises(ValueError, match="zero diagonal"):
+        cl.permanova(D + 1, {"group": labels})
+    with pytest.raises(ValueError, match="labels for"):
+        cl.permanova(D, {"group": labels[:5]})
+    with pytest.raises(ValueError, match="one or two factors"):
+        cl.permanova(D, {})

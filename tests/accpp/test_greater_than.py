@@ -239,3 +239,72 @@ def test_batched_knockouts_equal_one_at_a_time(family):
         assert torch.equal(single[0], gt.units_prob_diff(model, tok, prompts))
     assert torch.allclose(batched, single, atol=1e-12, rtol=0)
     assert not torch.allclose(single[1], single[0]) and not torch.allclose(single[2], single[0])
+
+
+def test_split_half_and_top_heads():
+    items = list(range(11))
+    a, b = gt.split_half(items, seed=3)
+    assert len(a) == 5 and len(b) == 6 and sorted(a + b) == items
+    assert gt.split_half(items, seed=3) == (a, b) and gt.split_half(items, seed=4) != (a, b)
+    with pytest.raises(ValueError, match="at least 2"):
+        gt.split_half([1], 0)
+    score = torch.tensor([[0.1, 0.5, 0.2], [0.5, -1.0, 0.3]])
+    assert gt.top_heads(score, 3) == [(0, 1), (1, 0), (1, 2)]
+    assert gt.top_heads(score, 2, exclude=[(0, 1)]) == [(1, 0), (1, 2)]
+    assert gt.parse_head("A12.3") == (12, 3)
+    with pytest.raises(ValueError, match="not a head label"):
+        gt.parse_head("M3")
+
+
+def test_head_dla_by_hand():
+    """A head's direct logit attribution equals its o_proj slice output at the last position, divided
+    by the final RMSNorm's scale there, times the gain, dotted with the metric's unembedding direction."""
+    from accpp.trace import Tracer
+
+    tok = DigitTokenizer()
+    p = gt.make_prompt(tok, "war", 17, 32)
+    with float64_exact():
+        model = tiny_model("llama", seed=2)
+        tracer = Tracer(model, tok)
+        dla = gt.head_dla(tracer, [p])
+        ids, correct, wrong = gt.trace_target(tok, p)
+        seen = {}
+        hooks = [layer.self_attn.o_proj.register_forward_pre_hook(
+            lambda m, a, i=i: seen.__setitem__(i, a[0][0, -1].clone())) for i, layer in enumerate(model.model.layers)]
+        hooks.append(model.model.norm.register_forward_pre_hook(lambda m, a: seen.__setitem__("x", a[0][0, -1])))
+        with torch.no_grad():
+            model(ids[None])
+        for h in hooks:
+            h.remove()
+    cfg = model.config
+    dh = cfg.hidden_size // cfg.num_attention_heads
+    x = seen["x"]
+    rms = torch.sqrt(x.pow(2).mean() + model.model.norm.variance_epsilon)
+    W_U = model.lm_head.weight.detach()
+    u = model.model.norm.weight.detach() * (W_U[correct].mean(0) - W_U[wrong].mean(0))
+    for layer in range(cfg.num_hidden_layers):
+        Wo = model.model.layers[layer].self_attn.o_proj.weight.detach()
+        for h in range(cfg.num_attention_heads):
+            out = seen[layer][h * dh:(h + 1) * dh] @ Wo[:, h * dh:(h + 1) * dh].T
+            assert float(dla[layer, h]) == pytest.approx(float(out @ u / rms), abs=1e-10)
+
+
+def test_knockout_comparison_counts_random_sets():
+    from accpp.trace import Tracer
+
+    tok = DigitTokenizer()
+    prompts = [gt.make_prompt(tok, n, 13, 45) for n in NOUNS]
+    with float64_exact():
+        tracer = Tracer(tiny_model("llama", seed=4), tok)
+        named = {"traced": [(0, 1), (1, 2)], "attention": [(1, 0), (0, 3)], "none": []}
+        out = gt.knockout_comparison(tracer, prompts, named, n_random=9, seed=0)
+        again = gt.knockout_comparison(tracer, prompts, named, n_random=9, seed=0)
+        base = gt.units_prob_diff(tracer.model, tok, prompts)
+        ko = gt.units_prob_diff_ablated(tracer, prompts, named["traced"])
+    assert out == again
+    assert out["base"] == pytest.approx(float(base.mean()), abs=1e-12)
+    m = out["methods"]["traced"]
+    assert m["k"] == 2 and m["drop"] == pytest.approx(float((base - ko).mean()), abs=1e-12)
+    assert len(m["random_drops"]) == 9
+    assert m["p"] == pytest.approx((1 + sum(r >= m["drop"] for r in m["random_drops"])) / 10)
+    assert out["methods"]["none"] == dict(k=0, drop=0.0, p=1.0, random_drops=[])

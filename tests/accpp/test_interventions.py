@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from accpp.arch import UnsupportedArchitecture
-from accpp.decompose import KIND_HEAD, KIND_MLP, _get
-from accpp.interventions import Intervener, NotASignalEdge, SignalSpec, random_subspace
+from accpp.arch import UnsupportedArchitecture, get_path
+from accpp.decompose import KIND_HEAD, KIND_MLP
+from accpp.interventions import (Intervener, NotASignalEdge, SignalSpec, compare_subspaces, paired_summary,
+                                  random_subspace)
 from accpp.signals import Firing
 from accpp.testing import float64_exact, random_prompt, tiny_model
 from accpp.trace import TraceConfig, Tracer
@@ -19,8 +20,8 @@ TOL = 1e-9
 CORRECT, WRONG = 7, 11
 
 
-def _tracer(family: str, seed: int = 0) -> Tracer:
-    return Tracer(tiny_model(family, seed=seed), config=TraceConfig(expand_layer0=True))
+def _tracer(family: str, seed: int = 0, variant: str = "authors") -> Tracer:
+    return Tracer(tiny_model(family, seed=seed), config=TraceConfig(expand_layer0=True, variant=variant))
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def _component(iv: Intervener, L: int, t: int, label) -> torch.Tensor:
 
 def _manual_run(iv: Intervener, L: int, proj: str, sl: slice, row: int, dvec: torch.Tensor):
     """Forward pass with ``dvec`` subtracted from out[0, row, sl] of layer L's q_proj/k_proj."""
-    attn = getattr(_get(iv.model, iv.arch.layers_path)[L], iv.arch.attn_name)
+    attn = getattr(get_path(iv.model, iv.arch.layers_path)[L], iv.arch.attn_name)
 
     def hook(mod, args, out):
         out = out.clone()
@@ -79,7 +80,7 @@ def test_full_query_subspace_equals_removing_the_component(llama, label):
     assert abs(res.metric_after - manual) < TOL * max(1.0, abs(manual))
     assert abs(res.metric_after - res.metric_before) > 1e-6  # the intervention did something
     # and head a's pattern is the one of the hand-made model
-    attn = getattr(_get(iv.model, iv.arch.layers_path)[L], iv.arch.attn_name)
+    attn = getattr(get_path(iv.model, iv.arch.layers_path)[L], iv.arch.attn_name)
     seen = {}
     h1 = attn.register_forward_hook(lambda m, i, o: seen.__setitem__("w", o[1][0, a].clone()))
     h2 = attn.q_proj.register_forward_hook(lambda m, i, o: o - torch.nn.functional.pad(
@@ -105,7 +106,7 @@ def test_full_key_subspace_equals_removing_the_component(llama):
     spec = SignalSpec(f.layer, f.head, f.dest, f.src, "s", *label, j, (0,))
     _, patch = iv.apply(spec, iv.head_delta(spec, range(dh)))
     dk = (_component(iv, L, j, label) / iv.dec.sigma[L, j]) @ lw.wk_eff(kv)
-    attn = getattr(_get(iv.model, iv.arch.layers_path)[L], iv.arch.attn_name)
+    attn = getattr(get_path(iv.model, iv.arch.layers_path)[L], iv.arch.attn_name)
     seen = {}
     h1 = attn.register_forward_hook(lambda m, i, o: seen.__setitem__("w", o[1][0, a].clone()))
     try:
@@ -143,16 +144,19 @@ def test_replay_gives_the_same_result(llama):
     assert r1.final_resid_cos == pytest.approx(r2.final_resid_cos, abs=1e-12)
 
 
+@pytest.mark.parametrize("variant", ["authors", "per-position"])
 @pytest.mark.parametrize("family", ["llama", "gemma3_text", "gemma2"])
-def test_signal_removal_reproduces_the_traced_drop(exact, family):
-    """A_ds after removing a signal edge in the model = A_ds - edge.drop from the tracer."""
-    tracer = _tracer(family, seed=1)
+def test_signal_removal_reproduces_the_traced_drop(exact, family, variant):
+    """A_ds after removing a signal edge in the model = A_ds - edge.drop from the tracer (the
+    authors' key-side signals act at every visible key position)."""
+    tracer = _tracer(family, seed=1, variant=variant)
     iv = Intervener(tracer, random_prompt(11, seed=2), CORRECT, WRONG)
     n = 0
     for L, a, d in [(2, 1, 10), (1, 3, 9), (2, 0, 6)]:
         res = iv.solver.solve(_firing(iv, L, a, d))
         for e in res.edges[:5]:
-            spec = SignalSpec.from_edge(res.firing, e)
+            spec = SignalSpec.from_edge(res.firing, e, variant)
+            assert spec.span == (variant == "authors" and e.side == "s")
             r = iv.remove(spec)
             assert r.attn_before == pytest.approx(res.A, abs=1e-12)
             assert abs(r.attn_after - (res.A - e.drop)) < TOL, (family, spec.describe())
@@ -161,9 +165,10 @@ def test_signal_removal_reproduces_the_traced_drop(exact, family):
     assert n >= 6
 
 
-def test_every_circuit_edge_round_trips(exact):
+@pytest.mark.parametrize("variant", ["authors", "per-position"])
+def test_every_circuit_edge_round_trips(exact, variant):
     """Specs built from a traced circuit's graph (including nodes first created as seeds)."""
-    tracer = _tracer("llama", seed=3)
+    tracer = _tracer("llama", seed=3, variant=variant)
     ids = random_prompt(12, seed=5)
     circuit = tracer.trace(ids, CORRECT, WRONG)
     iv = Intervener(tracer, ids, CORRECT, WRONG)
@@ -173,7 +178,7 @@ def test_every_circuit_edge_round_trips(exact):
             with pytest.raises(NotASignalEdge, match="only signal edges"):
                 SignalSpec.from_graph(g, u, v, k)
             continue
-        spec = SignalSpec.from_graph(g, u, v, k)
+        spec = SignalSpec.from_graph(g, u, v, k, circuit.meta["variant"])
         r = iv.remove(spec)
         assert abs(r.attn_after - (r.attn_before - data["drop"])) < TOL, spec.describe()
         n += 1
@@ -237,3 +242,83 @@ def test_unsupported_architecture_is_refused():
         tracer = _tracer("gpt2")
         with pytest.raises(UnsupportedArchitecture, match="llama-like.*'gpt2'"):
             Intervener(tracer, random_prompt(8), CORRECT, WRONG)
+
+
+def test_norm_matched_random_removes_the_signals_norm(llama):
+    """'random_matched': the same directions as 'random', the removal rescaled to the signal's |dx~|;
+    the model sees the rescaled delta (metric equals a custom run with the scaled delta)."""
+    tracer, ids, iv = llama
+    f = _firing(iv, 2, 1, 9)
+    spec = SignalSpec(f.layer, f.head, f.dest, f.src, "d", KIND_MLP, 1, -1, -1, 9, (0, 4))
+    sig = iv.remove(spec)
+    raw = iv.remove(spec, "random", seed=4)
+    matched = iv.remove(spec, "random_matched", seed=4)
+    assert matched.sing_removed == raw.sing_removed
+    assert matched.removed_norm_ratio == pytest.approx(sig.removed_norm_ratio, rel=1e-9)
+    scale = matched.extra["norm_scale"]
+    assert scale == pytest.approx(sig.removed_norm_ratio / raw.removed_norm_ratio, rel=1e-9)
+    out, _ = iv.apply(spec, iv.head_delta(spec, raw.sing_removed) * scale)
+    assert matched.metric_after == pytest.approx(out.metric, abs=1e-12)
+    assert raw.extra["norm_scale"] == 1.0 and sig.extra["norm_scale"] == 1.0
+    with pytest.raises(ValueError, match="needs a seed"):
+        iv.remove(spec, "random_matched")
+
+
+def test_compare_subspaces_controls(llama):
+    tracer, ids, iv = llama
+    f = _firing(iv, 2, 1, 9)
+    spec = SignalSpec(f.layer, f.head, f.dest, f.src, "d", KIND_MLP, 1, -1, -1, 9, (0,))
+    res = compare_subspaces(iv, spec, 3, seed=10, controls=("random", "random_matched"))
+    assert [r.subspace for r in res] == ["signal"] + ["random"] * 3 + ["random_matched"] * 3
+    assert [r.sing_removed for r in res[1:4]] == [r.sing_removed for r in res[4:]]
+    with pytest.raises(ValueError, match="unknown control"):
+        compare_subspaces(iv, spec, 1, controls=("shuffled",))
+
+
+def _frame(sig_abs, ctl_abs, draws=4, prompts=None):
+    """One signal row per edge and ``draws`` control rows with the given |dLD| (metric before 2)."""
+    import pandas as pd
+
+    rows = []
+    for e, (s, c) in enumerate(zip(sig_abs, ctl_abs)):
+        p = e if prompts is None else prompts[e]
+        base = dict(edge=f"e{e}", prompt=p, metric_before=2.0, head_input_cos=0.9, final_resid_cos=0.999,
+                    removed_norm_ratio=0.3)
+        rows.append(base | dict(subspace="signal", metric_change=-s))
+        rows += [base | dict(subspace="random_matched", metric_change=-c * (1 + 0.1 * r)) for r in range(draws)]
+    return pd.DataFrame(rows)
+
+
+def test_paired_summary_by_hand():
+    import numpy as np
+
+    df = _frame([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [0.1] * 6)
+    out = paired_summary(df, seed=0, n_boot=500)
+    ctl = np.median([0.1 * (1 + 0.1 * r) for r in range(4)])
+    assert out["abs_dld_ratio"] == pytest.approx(3.5 / ctl)
+    assert out["median_rel_dld_signal"] == pytest.approx(-3.5 / 2)
+    assert out["frac_edges_signal_above"] == 1.0
+    assert out["wilcoxon_p"] == pytest.approx(1 / 64)  # all 6 differences positive: exact p = 2^-6
+    assert out["abs_dld_ratio_ci_low"] <= out["abs_dld_ratio"] <= out["abs_dld_ratio_ci_high"]
+    assert out["abs_dld_ratio_ci_low"] > 1
+    assert out["n_edges"] == 6 and out["n_draws"] == 4 and out["n_prompts"] == 6
+    assert paired_summary(df, seed=0, n_boot=500) == out  # seeded
+
+
+def test_paired_summary_null_is_not_significant():
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    x = rng.exponential(size=30)
+    df = _frame(x, x[rng.permutation(30)] / 1.15, draws=3)  # control mean over draws = the value
+    out = paired_summary(df, seed=0, n_boot=500)
+    assert out["wilcoxon_p"] > 0.05
+    assert out["abs_dld_ratio_ci_low"] < 1 < out["abs_dld_ratio_ci_high"]
+
+
+def test_paired_summary_bad_input():
+    df = _frame([1.0], [0.1])
+    with pytest.raises(ValueError, match="missing columns"):
+        paired_summary(df.drop(columns=["head_input_cos"]))
+    with pytest.raises(ValueError, match="'random'"):
+        paired_summary(df, control="random")

@@ -164,3 +164,80 @@ def test_gemma3_tokenizer_names():
     assert len(ml.shared_names(gtok)) >= 10
     par = ml.parallel_sets(gtok, 6, seed=0)
     assert all(len(v) == 6 for v in par.values())
+
+
+def test_parallel_sets_cover_every_cell_and_null_changes_only_names(tok):
+    k = len(ml.load()["languages"]["en"]["templates"])
+    par = ml.parallel_sets(tok, 2 * k, seed=0)
+    cells = {(p.template, p.order) for p in par["en"]}
+    assert len(cells) == 2 * k  # every (template, order) once
+    assert ml.parallel_sets(tok, 3, seed=0)["es"] == par["es"][:3]  # prefixes agree
+    null = ml.null_sets(tok, 2 * k, seed=0)
+    for lang in ml.LANGUAGES:
+        for p, q in zip(par[lang], null[lang]):
+            assert (p.template, p.order) == (q.template, q.order)
+            assert {p.io, p.s}.isdisjoint({q.io, q.s})
+    big = ml.parallel_sets(tok, 36, seed=1)
+    assert all(len(v) == 36 for v in big.values())
+
+
+def test_chance_corrected_jaccard():
+    assert ml.chance_jaccard(10, 10, 10) == 1.0  # both sets are the whole universe
+    e = ml.chance_jaccard(4, 6, 20)  # E|a & b| = 1.2 -> 1.2 / 8.8
+    assert e == pytest.approx(1.2 / 8.8)
+    a, b = set(range(4)), set(range(2, 8))
+    assert ml.adjusted_jaccard(a, b, 20) == pytest.approx((2 / 8 - e) / (1 - e))
+    assert ml.adjusted_jaccard(a, a, 20) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="universe"):
+        ml.chance_jaccard(5, 3, 4)
+
+
+def _language_sets(rng, n, specific: bool):
+    """Circuits of n prompts in two languages: a shared per-prompt core, plus language-specific items
+    (``specific``) or per-circuit noise only; the null differs from the original by noise only."""
+    sets, null = {"en": [], "es": []}, {"en": [], "es": []}
+    for i in range(n):
+        core = {f"c{i}_{j}" for j in range(8)}
+        for lang in sets:
+            extra = {f"{lang}{j}" for j in range(6)} if specific else set()
+            noise = lambda: {f"n{rng.randrange(200)}" for _ in range(2)}  # noqa: E731
+            sets[lang].append(core | extra | noise())
+            null[lang].append(core | extra | noise())
+    return sets, null
+
+
+def test_reuse_vs_null_detects_language_specific_sets():
+    import random
+
+    shared, shared_null = _language_sets(random.Random(0), 30, specific=False)
+    spec, spec_null = _language_sets(random.Random(0), 30, specific=True)
+    r0 = ml.reuse_vs_null(shared, shared_null, n_boot=300, seed=0)
+    r1 = ml.reuse_vs_null(spec, spec_null, n_boot=300, seed=0)
+    assert r0["specificity_ci_low"] < 0 < r0["specificity_ci_high"] or abs(r0["specificity"]) < 0.05
+    assert r1["specificity"] > 0.2 and r1["specificity_ci_low"] > 0
+    assert r1 == ml.reuse_vs_null(spec, spec_null, n_boot=300, seed=0)  # seeded
+    gap = ml.specificity_gap(shared, shared_null, spec, spec_null, n_boot=300, seed=0)
+    assert gap["gap"] == pytest.approx(r1["specificity"] - r0["specificity"]) and gap["ci_low"] > 0
+    adj = ml.reuse_vs_null(spec, spec_null, universe=400, n_boot=0)
+    assert np.isnan(adj["specificity_ci_low"]) and adj["specificity"] > 0
+    with pytest.raises(ValueError, match="same number"):
+        ml.reuse_vs_null(spec, {"en": spec_null["en"][:3], "es": spec_null["es"]})
+
+
+def test_closest_pair_bootstrap():
+    import random
+
+    rng = random.Random(0)
+    sets = {lang: [] for lang in ("en", "es", "fr", "pt")}
+    for i in range(20):
+        base = {f"b{i}_{j}" for j in range(10)}
+        sets["es"].append(base | {"x", "y"} | {f"n{rng.randrange(50)}"})
+        sets["pt"].append(base | {"x", "y"} | {f"n{rng.randrange(50)}"})
+        sets["en"].append(base | {"e1", "e2", "e3"} | {f"n{rng.randrange(50)}"})
+        sets["fr"].append(base | {"f1", "f2", "f3", "f4"} | {f"n{rng.randrange(50)}"})
+    out = ml.closest_pair_bootstrap(sets, n_boot=200, seed=1)
+    assert out["frac_closest"] > 0.95 and out["margin"] < 0 and out["margin_ci_high"] < 0
+    assert sum(out["fractions"].values()) == pytest.approx(1.0)
+    assert ml.closest_pair_bootstrap(sets, pair=("en", "fr"), n_boot=200, seed=1)["frac_closest"] < 0.05
+    with pytest.raises(ValueError, match="not among"):
+        ml.closest_pair_bootstrap(sets, pair=("en", "de"))
