@@ -2,13 +2,14 @@
 # # 00 · A tour of the compendium
 #
 # **Claim (compendium, all papers):** every numbered claim of the two papers is listed in
-# `papers/<paper>/claims.yaml` with the paper's value and its source, mapped to the notebook
-# that checks it (or marked as not yet covered), and the claims tables are built only from
-# values that notebooks recorded.
+# `papers/<paper>/claims.yaml` with the paper's value, its source and a check written down before
+# measuring, mapped to the notebook that checks it (or marked as not yet covered), and the claims
+# tables are built only from what notebooks recorded, with verdicts decided by those checks.
 #
 # **Checked here:** the claims ledger is complete and consistent (every notebook it names
-# exists and every notebook records the claims it owns); the offline corpus that stands in for
-# FineWeb-Edu is present, checksummed, and split into disjoint train and validation documents.
+# exists and every claim a notebook covers has a pre-registered check); the offline corpus that
+# stands in for FineWeb-Edu is present, checksummed, and split into disjoint train and validation
+# documents. The current claims tables are rendered below.
 #
 # The two papers:
 #
@@ -27,27 +28,32 @@ SEED = 0
 DEVICE = "cpu"
 
 # %%
-import pandas as pd
 import matplotlib.pyplot as plt
+import pandas as pd
+from IPython.display import Markdown, display
 
-from compendium import claims, data, paths, plotting, profiles, runner
+from compendium import claims, data, notebook, plotting, profiles, runner, tables
 
-PROFILE = profiles.check(PROFILE)
-plotting.use_style()
-print(f"profile: {PROFILE} ({profiles.PROFILES[PROFILE]})")
+nb = notebook.start("00_tour", PROFILE, SEED, DEVICE, threads=1)
+print(f"profile: {nb.profile} ({profiles.PROFILES[nb.profile]}), seed {nb.seed}, device {nb.device}")
 
 # %% [markdown]
 # ## The claims ledger
 # Each row is one claim. `source` says where the paper's number was read: the full text of the
 # papers could not be read for this compendium, so some numbers come from the authors' summary
 # ("brief"), third-party summaries ("aggregator") or reviews. Those are marked in every table.
+# `check` is the test registered before measuring: a named quantity of the measurement, a
+# comparison and a threshold (plus, for some claims, further conditions that must all pass).
 
 # %%
 rows = []
 for paper in claims.paper_ids():
     for c in claims.load_paper(paper).claims.values():
         rows.append({"paper": paper, "claim": c.id, "where": c.where, "paper value": c.paper_value,
-                     "unit": c.unit, "source": c.source, "notebook": c.notebook or "—"})
+                     "unit": c.unit, "source": c.source, "notebook": c.notebook or "—",
+                     "check": c.check.describe() if c.check else "—",
+                     "measured only at": ", ".join(c.check.measured_only_at) if c.check else "every profile",
+                     "preconditions": ", ".join(p.id for p in c.preconditions) or "—"})
 ledger = pd.DataFrame(rows)
 ledger
 
@@ -59,8 +65,73 @@ fig, ax = plt.subplots(figsize=(6, 2.6))
 coverage.plot.barh(stacked=True, ax=ax, color=["#bbbbbb", "#0173b2"][: coverage.shape[1]])
 ax.set_xlabel("claims"); ax.set_ylabel(""); ax.set_title("Claims per paper")
 ax.legend(loc="lower right", fontsize=8)
-plotting.savefig(fig, "tour/claims_coverage", profile=PROFILE)
+plotting.savefig(fig, "tour/claims_coverage", profile=nb.profile)
+coverage.to_csv(nb.out / "claims_coverage.csv")
 plt.show()
+
+# %% [markdown]
+# ## How a verdict is decided
+# A notebook states what it measured as a `claims.Measurement` (named values, evidence, the tables
+# behind its figures) and hands it to `claims.conclude`, which records it first and then applies the
+# claim's registered check. There are four verdicts:
+#
+# * **holds** — every power precondition passed and every condition of the check passed;
+# * **does not hold** — the preconditions passed (the measurement could have confirmed the claim),
+#   and a condition of the check failed; the verdict names the condition and the measured value;
+# * **inconclusive** — a power precondition failed: the measurement could not have told whether the
+#   claim holds (a model that never learned to use context cannot test a context-dependent claim;
+#   a sweep that stops before the paper's context cannot place a crossover there). The verdict names
+#   the failed precondition, its statement and the measured value;
+# * **measured only** — the claim has no check, or its check does not apply at this profile because
+#   the result is bound to scale or hardware (a perplexity of a tiny CPU model; a CPU throughput
+#   against the paper's GPU claim). The value is recorded and shown, never judged.
+#
+# The check, its preconditions and every later change (in `history`, dated, with the reason) live in
+# `claims.yaml`, so a threshold cannot quietly follow the measurement. Below: how the checks of each
+# paper apply to the two profiles.
+
+# %%
+def applies(c, profile):
+    if c.check is None:
+        return "no check"
+    return "measured only" if profile in c.check.measured_only_at else "judged"
+
+
+# one row per claim; the columns named after the profiles say how the check applies there
+plan = pd.DataFrame([{"article": p, "claim": c.id, **{f"at {prof}": applies(c, prof) for prof in profiles.PROFILES},
+                      "asserted at": ", ".join(c.check.assert_at) if c.check else "—"}
+                     for p in claims.paper_ids() for c in claims.load_paper(p).claims.values()])
+pd.concat({f"at {prof}": pd.crosstab(plan["article"], plan[f"at {prof}"]) for prof in profiles.PROFILES},
+          axis=1).fillna(0).astype(int)
+
+# %% [markdown]
+# ## The current claims tables
+# Built from the published results (`papers/<paper>/results/`, written only by
+# `compendium run --publish`): the value measured at each profile, the check, and the verdict.
+
+# %%
+for paper in claims.paper_ids():
+    table = pd.DataFrame(tables.table_rows(paper))
+    display(Markdown(f"### {claims.load_paper(paper).title}"))
+    display(table[["id", "paper", "ours", "profile", "check", "verdict", "notebook"]])
+
+# %% [markdown]
+# One recorded example of each verdict, where the published results have one (the verdict's reason
+# is the text `conclude` wrote when the notebook ran):
+
+# %%
+examples = {}
+for paper in claims.paper_ids():
+    for cid, by_profile in tables.read_results(paper).items():
+        for profile, entry in by_profile.items():
+            examples.setdefault(entry["verdict"], (f"{paper}/{cid}", profile, entry))
+for verdict in claims.VERDICTS:
+    if verdict in examples:
+        key, profile, entry = examples[verdict]
+        reason = entry.get("reason") or "(recorded before verdicts had reasons)"
+        display(Markdown(f"**{verdict}** — `{key}` at `{profile}`: {reason}"))
+    else:
+        display(Markdown(f"**{verdict}** — no published result has this verdict yet."))
 
 # %% [markdown]
 # ## The notebooks
@@ -96,7 +167,8 @@ fig, ax = plt.subplots(figsize=(7, 3.2))
 top = per_source[("characters", "train")] / 1e6
 ax.barh(top.index, top.values, color="#029e73")
 ax.invert_yaxis(); ax.set_xlabel("million characters (train split)"); ax.set_title("Sources of the training mix")
-plotting.savefig(fig, "tour/corpus_sources", profile=PROFILE)
+plotting.savefig(fig, "tour/corpus_sources", profile=nb.profile)
+per_source.to_csv(nb.out / "corpus_sources.csv")
 plt.show()
 
 # %% [markdown]
@@ -106,6 +178,8 @@ plt.show()
 missing = sorted(named - set(notebooks))
 # Planned notebooks are allowed to be absent only while their claims say notebook: null.
 assert not missing, f"claims.yaml names notebooks that do not exist: {missing}"
+unchecked = ledger.loc[(ledger["notebook"] != "—") & (ledger["check"] == "—"), "claim"].tolist()
+assert not unchecked, f"claims covered by a notebook without a pre-registered check: {unchecked}"
 assert set(train["id"]).isdisjoint(valid["id"]), "a document is in both splits"
 assert len(valid) > 100 and len(train) > 20 * len(valid)
 print(f"{len(ledger)} claims, {len(named)} notebooks named, {len(train)} train / {len(valid)} validation documents")

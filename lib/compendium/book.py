@@ -375,35 +375,48 @@ def conf_dir() -> Path:
     return paths.repo_root() / "docs" / "book"
 
 
-def build(out: Path | None = None, *, stage_dir: Path | None = None, quiet: bool = True) -> tuple[Path, Staged]:
-    """Stage the pages and run Sphinx; return the path of ``index.html`` and what was staged.
-    Sphinx warnings are errors (a broken link or a missing figure fails the build)."""
+def build(out: Path | None = None, *, stage_dir: Path | None = None, strict: bool = False,
+          quiet: bool = True) -> tuple[Path, Staged, list[str]]:
+    """Stage the pages and run Sphinx; return the path of ``index.html``, what was staged and
+    Sphinx's warnings. ``strict`` makes a warning (a broken link, a missing figure) an error."""
     out = Path(out) if out else paths.output_dir() / "book" / "html"
     stage_dir = Path(stage_dir) if stage_dir else out.parent / "src"
     if out.resolve() == stage_dir.resolve() or stage_dir.resolve() in out.resolve().parents:
         raise ValueError(f"the book's output folder {out} must not be (inside) its staging folder {stage_dir}")
     staged = stage(stage_dir)
     cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-c", str(conf_dir()), "-d", str(stage_dir / ".doctrees"),
-           "-W", "--keep-going", "-j", "1", "-E"]
+           "-j", "1", "-E", "--keep-going"]
+    if strict:
+        cmd.append("-W")
     if quiet:
         cmd.append("-q")
     cmd += [str(stage_dir), str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
+    warnings = [scrub(line) for line in proc.stderr.splitlines() if "WARNING" in line or "ERROR" in line]
     if proc.returncode != 0:
-        raise RuntimeError(f"sphinx-build failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
-    return out / "index.html", staged
+        raise RuntimeError(f"sphinx-build failed (exit {proc.returncode}):\n{scrub(proc.stdout[-4000:])}\n"
+                           f"{scrub(proc.stderr[-8000:])}")
+    return out / "index.html", staged, warnings
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compendium.book", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=None, help="HTML output folder (default build/book/html)")
     parser.add_argument("--stage", default=None, help="staging folder for the pages (default: src/ beside the output folder)")
+    parser.add_argument("--strict", action="store_true", help="fail on any Sphinx warning")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    index, staged = build(Path(args.out) if args.out else None, stage_dir=Path(args.stage) if args.stage else None)
+    try:
+        index, staged, warnings = build(Path(args.out) if args.out else None,
+                                        stage_dir=Path(args.stage) if args.stage else None, strict=args.strict)
+    except RuntimeError as err:
+        print(f"book: {err}", file=sys.stderr)
+        return 1
+    for line in warnings:
+        print(line, file=sys.stderr)
     print(f"book: {paths.display(index)} ({len(staged.executed)} executed notebook page(s), "
-          f"{len(staged.source_only)} from source, {sum(map(len, staged.figures.values()))} figures; "
-          f"{time.perf_counter() - start:.0f} s)")
+          f"{len(staged.source_only)} from source, {sum(map(len, staged.figures.values()))} figures, "
+          f"{len(warnings)} Sphinx warning(s); {time.perf_counter() - start:.0f} s)")
     for name in staged.source_only:
         print(f"  {name}: no executed copy found, shown from its source without outputs")
     return 0

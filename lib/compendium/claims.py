@@ -471,15 +471,17 @@ def evaluate(claim: Claim, values: dict, profile: str) -> tuple[str, tuple[Outco
     conds = () if claim.check is None else tuple(
         Outcome(c, values[c.quantity], bool(c.test(values[c.quantity]))) for c in claim.check.conditions)
     failed_pre = [o for o in pre if not o.passed]
-    if failed_pre:
-        why = "; ".join(f"{o.id} ({o.statement}): {o.describe()}" for o in failed_pre)
-        return INCONCLUSIVE, conds, pre, f"Failed precondition(s): {why}."
     if claim.check is None:
         return MEASURED_ONLY, conds, pre, "The claim has no pre-registered check."
+    # A profile bound to scale or hardware is "measured only" whatever its preconditions say: the
+    # check is not applied there, so there is no test whose power could be in question.
     if profile in claim.check.measured_only_at:
         return (MEASURED_ONLY, conds, pre,
                 f"At profile `{profile}` the result is bound to scale or hardware, so the check "
                 f"({claim.check.describe()}) is not applied.")
+    if failed_pre:
+        why = "; ".join(f"{o.id} ({o.statement}): {o.describe()}" for o in failed_pre)
+        return INCONCLUSIVE, conds, pre, f"Failed precondition(s): {why}."
     detail = "; ".join(o.describe() for o in conds)
     status = HOLDS if all(o.passed for o in conds) else DOES_NOT_HOLD
     reg = f" (registered {claim.check.registered})" if claim.check.registered else ""

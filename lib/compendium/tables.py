@@ -118,7 +118,10 @@ def _verdict_cell(entry: dict | None, marks: list[str]) -> str:
         text = f"**{entry['verdict']}**"
         failed = entry.get("failed_preconditions") or []
         if failed:
-            text += ": failed " + "; ".join(
+            # an inconclusive verdict names what failed; a measured-only one (check not applied at
+            # this profile) still says which preconditions its measurement did not meet
+            lead = ": failed " if entry["verdict"] == _claims.INCONCLUSIVE else "; preconditions not met: "
+            text += lead + "; ".join(
                 f"`{f.get('id')}` ({f.get('statement', '')}; {f.get('quantity')} = {_claims._fmt(f.get('value'))})"
                 for f in failed)
     return "<br>".join([text, *marks])

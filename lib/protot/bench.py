@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from protot.mixer import decay_linear_attn
+from kernels.proto_mixer import decay_linear_attn
 
 
 def _wall_times(fn, repeats: int, warmup: int) -> list[float]:
@@ -148,20 +148,22 @@ def loglog_slope(xs, ys) -> float:
 def prefilled_cache(model, context: int, vocab_size: int, seed: int = 0, synthetic_kv: bool = True):
     """A cache holding ``context`` tokens. ProtoT / DeltaNet / Mamba: a real prefill (the recurrent
     state has a fixed size). LLaMA with ``synthetic_kv``: random keys/values of the right shape
-    (decode cost depends only on the cache length; avoids an O(T^2) prefill on the CPU)."""
+    (decode cost depends only on the cache length; avoids an O(T^2) prefill on the CPU).
+    The cache lives on the model's device."""
     from protot.models.common import RecurrentCache
     from protot.models.llama import Attention
     gen = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
     if synthetic_kv and isinstance(model.layers[0].mixer, Attention):
         cache = RecurrentCache(len(model.layers))
         for layer_cache, block in zip(cache.layers, model.layers):
             a = block.mixer
             shape = (1, a.H, context, a.hd)
-            layer_cache["k"] = torch.randn(shape, generator=gen).to(model.dtype)
-            layer_cache["v"] = torch.randn(shape, generator=gen).to(model.dtype)
+            layer_cache["k"] = torch.randn(shape, generator=gen).to(device, model.dtype)
+            layer_cache["v"] = torch.randn(shape, generator=gen).to(device, model.dtype)
         cache.seen_tokens = context
         return cache
-    ids = torch.randint(0, vocab_size, (1, context), generator=gen)
+    ids = torch.randint(0, vocab_size, (1, context), generator=gen).to(device)
     return model(ids, use_cache=True).cache
 
 
@@ -173,18 +175,23 @@ def decode_times(model, contexts, vocab_size: int, rounds: int = 5, tokens_per_r
     All caches are prefilled first; then ``rounds`` rounds each decode ``tokens_per_round`` tokens
     from every context in turn (interleaved, so that load from other processes hits all contexts
     alike). The result per context is the best round median: on a shared machine the least
-    disturbed estimate of the per-token cost.
+    disturbed estimate of the per-token cost. Runs on the model's device (on a GPU each token is
+    synchronised before its time is taken).
     """
     model.eval()
+    device = next(model.parameters()).device
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     caches = {L: prefilled_cache(model, L, vocab_size, seed=seed) for L in contexts}
-    toks = {L: torch.zeros(1, 1, dtype=torch.long) for L in contexts}
+    toks = {L: torch.zeros(1, 1, dtype=torch.long, device=device) for L in contexts}
     best = {L: float("inf") for L in contexts}
     for rnd in range(rounds + 1):                                       # round 0 warms up
         for L in contexts:
             times = []
             for _ in range(tokens_per_round):
+                sync()
                 t0 = time.perf_counter()
                 logits = model(toks[L], cache=caches[L], use_cache=True).logits
+                sync()
                 times.append(time.perf_counter() - t0)
                 toks[L] = logits[:, -1:].argmax(-1)
             if rnd > 0:

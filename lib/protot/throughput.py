@@ -63,10 +63,11 @@ def train_throughput(arch: str, context: int, *, size: str = "small", vocab_size
 
 
 def decode_sweep(arch: str, contexts, *, size: str = "small", vocab_size: int = 4096,
-                 n_tokens: int = 16, seed: int = 0, **overrides) -> list[dict]:
-    """Seconds per generated token after each context length (batch 1, CPU)."""
+                 n_tokens: int = 16, seed: int = 0, device: str = "cpu", **overrides) -> list[dict]:
+    """Seconds per generated token after each context length (batch 1, on ``device``)."""
     torch.manual_seed(seed)
-    model = build_model(arch, size, vocab_size, max_position_embeddings=max(contexts) + n_tokens + 8, **overrides)
+    model = build_model(arch, size, vocab_size, max_position_embeddings=max(contexts) + n_tokens + 8,
+                        **overrides).to(device)
     return [{"arch": arch, "context": c,
              "seconds_per_token": decode_time_per_token(model, c, vocab_size, n_tokens=n_tokens, seed=seed)}
             for c in contexts]

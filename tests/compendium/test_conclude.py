@@ -63,15 +63,21 @@ def test_inconclusive_names_the_failed_precondition(run_dir):
     assert [f["id"] for f in e["failed_preconditions"]] == ["uses-context"]
 
 
-def test_inconclusive_verdict_object(run_dir, monkeypatch):
-    # at 'paper' nothing is asserted, and preconditions come before measured_only_at
+def test_measured_only_comes_before_preconditions(run_dir):
+    # at 'paper' (measured_only_at) the check is not applied, so a failed precondition does not
+    # make it inconclusive: there is no test whose power could be in question
     v = claims.conclude(M(**{**GOOD, "context_effect": 0.0}), profile="paper", seed=0)
-    assert v.status == "inconclusive"
-    assert [(p.id, p.statement) for p in v.failed_preconditions] == [
+    assert v.status == "measured only" and "not applied" in v.reason
+    assert [p.id for p in v.failed_preconditions] == ["uses-context"]  # still reported, as information
+
+
+def test_inconclusive_verdict_object(run_dir):
+    with pytest.raises(AssertionError):  # cpu is in assert_at
+        claims.conclude(M(**{**GOOD, "context_effect": 0.0}), profile="cpu", seed=0)
+    e = _read(run_dir)
+    assert e["verdict"] == "inconclusive"
+    assert [(p["id"], p["statement"]) for p in e["failed_preconditions"]] == [
         ("uses-context", "the output depends on context beyond the last token")]
-    md = v._repr_markdown_()
-    assert "**demo/gain**" in md and "16.6 %" in md and "7.5 %" in md and "**inconclusive**" in md
-    assert "uses-context" in md and v.text == md
 
 
 def test_measured_only_at_a_profile_and_without_a_check(run_dir):

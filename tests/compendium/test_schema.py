@@ -20,7 +20,7 @@ def test_the_real_papers_load_with_their_checks():
             p = claims.load_paper(paper)
             assert p.claims, paper
             for c in p.claims.values():
-                assert c.source in {"paper", "brief", "aggregator", "reviews", "definition"}, c.key
+                assert c.source in {"paper", "brief", "aggregator", "reviews", "definition", "compendium"}, c.key
                 assert c.statement and c.where
     finally:
         if root is not None:
