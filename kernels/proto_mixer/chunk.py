@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from ._utils import alloc_output, block_sizes, check_inputs, dot_precision, interpreting
+from .naive import DEFAULT_CHUNK_SIZE
 
 __all__ = ["chunk_decay_linear_attn", "ChunkDecayLinearAttnFunction"]
 
@@ -495,7 +496,7 @@ def chunk_decay_linear_attn(
     log_decay: torch.Tensor,
     initial_state: torch.Tensor | None = None,
     output_final_state: bool = False,
-    chunk_size: int = 64,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
     *,
     sub_chunk_size: int | None = None,
     diag_3d: bool | None = None,
@@ -512,7 +513,7 @@ def chunk_decay_linear_attn(
     registers); BC=BT and diag_3d under the Triton interpreter (few, large operations)."""
     q, k, v, log_decay, initial_state = check_inputs(q, k, v, log_decay, initial_state)
     if chunk_size not in (16, 32, 64, 128):
-        raise ValueError(f"chunk_size must be 16, 32, 64 or 128, got {chunk_size}")
+        raise ValueError(f"chunk_size of the Triton chunked kernels must be 16, 32, 64 or 128, got {chunk_size}")
     if sub_chunk_size is None:
         sub_chunk_size = chunk_size if interpreting() else 16
     if sub_chunk_size < 16 or chunk_size % sub_chunk_size:

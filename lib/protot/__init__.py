@@ -1,7 +1,7 @@
 """protot: the Prototype Transformer (arXiv 2602.11852) family.
 
-    protot.mixer      the generic decayed linear-attention op (quadratic / recurrent / chunked
-                      torch forms, Triton dispatch) and its decay parametrisation
+    protot.mixer      the mixer's own maths: gates, the normaliser, the channel mix and its
+                      definition, the decay parametrisation (the op itself: kernels.proto_mixer)
     protot.models     ProtoT + LLaMA / DeltaNet / Mamba baselines; build_model, count_parameters
     protot.intervene  mask / reinitialise / clamp one prototype (context managers)
     protot.bench      timing helpers shared by the derivation notebook and benchmarks/bench_mixer.py
@@ -10,3 +10,5 @@
     protot.throughput training and decoding throughput against context length
     protot.train      tokenizer, packing, trainer, checkpoints, evaluation, pretrained models
 """
+
+import compendium.offline  # noqa: E402,F401  sets HF_HUB_OFFLINE=1 etc. unless the user set them

@@ -1,6 +1,9 @@
 """Tests of kernels/proto_mixer: gated linear attention with a constant per-channel decay.
 
-Three torch forms (quadratic, recurrent, chunked) agree in float64; then the Triton chunked and
+Three torch forms (quadratic, recurrent, chunked) agree in float64 (outputs, final states and
+gradients, decays from 1e-6 to 1 - 1e-6, T = 8192 finite); the one dispatch (backend rule, forms,
+chunk size); the ProtoT model through the Triton kernels equals the model through the torch forms
+(every mixer option, decoding included) and its chunk_size reaches the kernel; then the Triton chunked and
 fused recurrent kernels match a float64 reference in outputs, final states and the gradients
 of every input (q, k, v, log_decay, initial_state), at odd shapes (T not a multiple of the chunk,
 K from 1 to 64, V from 1 to 128 with 60 and 33 among them), in float32 and float16; bfloat16
@@ -18,14 +21,15 @@ import pytest
 import torch
 
 from kernels.proto_mixer import (
+    DEFAULT_CHUNK_SIZE,
     chunk_decay_linear_attn,
     chunk_decay_linear_attn_ref,
     decay_linear_attn,
     fused_recurrent_decay_linear_attn,
     naive_decay_linear_attn,
     recurrent_decay_linear_attn_ref,
+    resolve_backend,
 )
-from kernels.proto_mixer import resolve_backend
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 HAS_CUDA = torch.cuda.is_available()
@@ -99,11 +103,28 @@ def check_against_reference(fn, ref_fn, shape, dtype, seed=0, log_decay=None, h0
 
 
 # -- the torch forms --------------------------------------------------------------------------
+TORCH_FORMS = {"quadratic": naive_decay_linear_attn, "recurrent": recurrent_decay_linear_attn_ref,
+               "chunk": chunk_decay_linear_attn_ref}
+# deliberately nonuniform decays, incl. near 0 and near 1; one row per head
+BETAS = [[1e-6, 0.05, 0.5, 0.9, 0.999, 1 - 1e-6, 0.3],
+         [0.3, 0.7, 0.99, 0.2, 1 - 1e-4, 1e-3, 0.95]]
+
+
+def betas_log_decay(H, K, dtype=torch.float64):
+    return torch.log(torch.tensor([row[:K] for row in (BETAS * H)[:H]], dtype=torch.float64)).to(dtype)
+
+
 @pytest.mark.parametrize("h0", [True, False])
-def test_torch_forms_agree(h0):
-    """Quadratic, recurrent and chunked torch forms: same outputs, states and gradients (float64)."""
-    for ref in (recurrent_decay_linear_attn_ref, chunk_decay_linear_attn_ref):
-        check_against_reference(ref, naive_decay_linear_attn, (2, 63, 2, 5, 7), torch.float64, h0=h0)
+@pytest.mark.parametrize("shape,chunk_size", [((2, 63, 2, 7, 60), 16), ((1, 1, 1, 3, 4), 16), ((1, 37, 1, 5, 8), 64),
+                                              ((3, 64, 2, 4, 6), 32), ((2, 50, 1, 6, 9), 7)])
+def test_torch_forms_agree(shape, chunk_size, h0):
+    """Quadratic (reference), recurrent and chunked torch forms: same outputs, final states and
+    gradients of q, k, v, log_decay and the initial state, in float64, decays from 1e-6 to 1 - 1e-6."""
+    B, T, H, K, V = shape
+    a = betas_log_decay(H, K)
+    chunk = functools.partial(chunk_decay_linear_attn_ref, chunk_size=chunk_size)
+    for fn in (recurrent_decay_linear_attn_ref, chunk):
+        check_against_reference(fn, naive_decay_linear_attn, shape, torch.float64, log_decay=a, h0=h0)
 
 
 def test_torch_chunk_ref_chunk_sizes():
@@ -113,6 +134,60 @@ def test_torch_chunk_ref_chunk_sizes():
         o, ht = chunk_decay_linear_attn_ref(q, k, v, a, s0, True, chunk_size=C)
         assert_close(f"o C={C}", o_ref, o, 1e-12)
         assert_close(f"S C={C}", ht_ref, ht, 1e-12)
+
+
+@pytest.mark.parametrize("form", sorted(TORCH_FORMS))
+def test_torch_float32_against_float64(form):
+    """float32 torch forms (through the dispatch) against the float64 quadratic reference."""
+    q, k, v, a, s0 = make_inputs(2, 63, 2, 7, 60, torch.float64, device="cpu", log_decay=betas_log_decay(2, 7))
+    o_ref, S_ref = naive_decay_linear_attn(q, k, v, a, s0, True)
+    o, S = decay_linear_attn(q.float(), k.float(), v.float(), a.float(), s0.float(), True,
+                             form=form, backend="torch", chunk_size=16)
+    assert o.dtype == torch.float32 and S.dtype == torch.float32
+    assert_close("o", o_ref, o, RATIO[torch.float32])
+    assert_close("S", S_ref, S, RATIO[torch.float32])
+
+
+def test_torch_chunk_continues_from_state():
+    """Two pieces with the carried state (chunked, then recurrent) equal one pass."""
+    q, k, v, a, _ = make_inputs(2, 50, 2, 7, 9, torch.float64, device="cpu", h0=False, log_decay=betas_log_decay(2, 7))
+    o, S = chunk_decay_linear_attn_ref(q, k, v, a, None, True, chunk_size=16)
+    o1, S1 = chunk_decay_linear_attn_ref(q[:, :21], k[:, :21], v[:, :21], a, None, True, chunk_size=16)
+    o2, S2 = recurrent_decay_linear_attn_ref(q[:, 21:], k[:, 21:], v[:, 21:], a, S1, True)
+    assert_close("o", o, torch.cat([o1, o2], 1), 1e-12)
+    assert_close("S", S, S2, 1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_torch_chunk_long_sequence(dtype):
+    """T = 8192 with decays near 0 and near 1: the chunked form stays finite (gradients too) and
+    matches the float64 recurrence."""
+    q, k, v, a, _ = make_inputs(1, 8192, 1, 7, 8, dtype, device="cpu", h0=False, log_decay=betas_log_decay(1, 7))
+    a = a.to(dtype)
+    xs = [x.detach().clone().requires_grad_() for x in (q, k, v, a)]
+    o, S = chunk_decay_linear_attn_ref(*xs, None, True, chunk_size=64)
+    (o.sum() + S.sum()).backward()
+    for name, x in [("o", o), ("S", S)] + [(f"d{n}", x.grad) for n, x in zip("qkva", xs)]:
+        assert torch.isfinite(x).all(), name
+    with torch.no_grad():
+        o_rec, S_rec = recurrent_decay_linear_attn_ref(q.double(), k.double(), v.double(), a.double(), None, True)
+    assert_close("o", o_rec, o, RATIO[dtype])
+    assert_close("S", S_rec, S, RATIO[dtype])
+    # the near-1 channel (beta = 1 - 1e-6) holds the whole sequence, the near-0 one its last token
+    assert S[0, 0, 5].norm() > 10 * S[0, 0, 0].norm()
+
+
+def test_torch_forms_half_precision_inputs():
+    """16-bit and mixed-dtype inputs (as under autocast) run in float32: the output in the promoted
+    input dtype, the state in float32; only the inputs' bf16 rounding remains."""
+    q, k, v, a, _ = make_inputs(1, 40, 1, 7, 8, torch.float32, device="cpu", h0=False)
+    ref, S_ref = decay_linear_attn(q, k, v, a, output_final_state=True, backend="torch")
+    o, S = decay_linear_attn(q, k, v.bfloat16(), a, output_final_state=True, backend="torch")
+    assert o.dtype == torch.float32 and S.dtype == torch.float32
+    o16, S16 = decay_linear_attn(q.bfloat16(), k.bfloat16(), v.bfloat16(), a, output_final_state=True, backend="torch")
+    assert o16.dtype == torch.bfloat16 and S16.dtype == torch.float32
+    assert_close("o (bf16 inputs)", ref, o16.float(), RATIO[torch.bfloat16])
+    assert_close("S (bf16 inputs)", S_ref, S16, RATIO[torch.bfloat16])
 
 
 # -- the chunked Triton kernels ----------------------------------------------------------------
@@ -211,13 +286,54 @@ def test_decoding_with_state_continues_prefill():
 
 
 # -- dispatch and API --------------------------------------------------------------------------
-def test_backend_resolution():
+def test_backend_resolution(monkeypatch):
+    """One rule: "auto" -> Triton for CUDA tensors, torch elsewhere and for the quadratic reference;
+    "triton" needs CUDA (or the interpreter) and a chunk or recurrent form."""
+    import kernels.proto_mixer as pm
+
     assert resolve_backend("auto", torch.device("cpu")) == "torch"
     assert resolve_backend("auto", torch.device("cuda")) == "triton"
+    assert resolve_backend("auto", torch.device("cuda"), form="recurrent") == "triton"
+    assert resolve_backend("auto", torch.device("cuda"), form="quadratic") == "torch"
     assert resolve_backend("torch", torch.device("cuda")) == "torch"
-    assert resolve_backend("triton", torch.device("cpu")) == "triton"
-    with pytest.raises(ValueError):
+    assert resolve_backend("triton", torch.device("cuda")) == "triton"
+    with pytest.raises(ValueError, match="backend"):
         resolve_backend("cuda", torch.device("cpu"))
+    with pytest.raises(ValueError, match="form"):
+        resolve_backend("auto", torch.device("cpu"), form="fft")
+    with pytest.raises(ValueError, match="quadratic"):
+        resolve_backend("triton", torch.device("cuda"), form="quadratic")
+    monkeypatch.setattr(pm, "interpreting", lambda: True)
+    assert resolve_backend("triton", torch.device("cpu")) == "triton"
+    monkeypatch.setattr(pm, "interpreting", lambda: False)
+    with pytest.raises(RuntimeError, match="CUDA"):
+        resolve_backend("triton", torch.device("cpu"))
+
+
+def test_dispatch_errors():
+    q, k, v, a, _ = make_inputs(1, 5, 1, 3, 4, torch.float32, device="cpu", h0=False)
+    with pytest.raises(ValueError, match="form"):
+        decay_linear_attn(q, k, v, a, form="fft")
+    with pytest.raises(ValueError, match="log_decay"):
+        decay_linear_attn(q, k, v, a[:, :2], backend="torch")
+    with pytest.raises(ValueError, match="v must be"):
+        decay_linear_attn(q, k, v[:, :4], a, backend="torch")
+    with pytest.raises(ValueError, match="chunk_size"):
+        decay_linear_attn(q, k, v, a, backend="torch", chunk_size=0)
+
+
+def test_one_default_chunk_size():
+    """The torch chunked form, the Triton chunked kernel and the dispatch share one default, and so
+    does ProtoTConfig.chunk_size."""
+    import inspect
+
+    from kernels.proto_mixer import chunk as _  # noqa: F401  (the Triton module, for its signature)
+    from kernels.proto_mixer.chunk import chunk_decay_linear_attn as kernel_entry
+    from protot.models import ProtoTConfig
+
+    for fn in (chunk_decay_linear_attn_ref, decay_linear_attn, chunk_decay_linear_attn, kernel_entry):
+        assert inspect.signature(fn).parameters["chunk_size"].default == DEFAULT_CHUNK_SIZE, fn
+    assert ProtoTConfig().chunk_size == DEFAULT_CHUNK_SIZE
 
 
 def test_auto_backend_on_cpu_is_torch(monkeypatch):
@@ -314,3 +430,65 @@ def test_gpu_bench_dry_run(tmp_path):
     assert goals["kernel_vs_chunk_simple_gla"]["met"] is True
     assert goals["protot_passes_llama_training"]["first_context_where_protot_is_faster"] == 4096
     assert goals["protot_decode_flat"]["met"] is True
+
+
+# -- the ProtoT model through the kernels --------------------------------------------------------
+def tiny_protot(backend, dtype=torch.float32, **overrides):
+    """A tiny ProtoT at odd sizes (R = 5, P = 9, d_v = 7) with large weights (varied gates)."""
+    from protot.models import build_model
+
+    torch.manual_seed(0)
+    kw = dict(alpha_init=1.0, init_half_life_min=0.5, init_half_life_max=40.0, num_prototypes=5, proto_dim=9,
+              value_dim=7, chunk_size=16, initializer_range=0.3, mixer_backend=backend)
+    kw.update(overrides)
+    return build_model("protot", "tiny", 50, **kw).to(device=DEVICE, dtype=dtype)
+
+
+@triton_ok
+@pytest.mark.parametrize("shared_keys,include_current,norm_eps,normalization", [
+    (False, True, 1e-6, "write_mass"), (True, False, 0.0, "write_mass"), (True, True, 1e-6, "count"),
+    (False, False, 1e-6, "none")])
+def test_model_triton_matches_torch(shared_keys, include_current, norm_eps, normalization):
+    """The ProtoT model with mixer_backend="triton" (chunked kernels for the 45-token forward and
+    backward, the fused recurrent kernel when decoding; every kernel output starts as NaN) equals
+    the same weights with the torch forms: logits, every parameter gradient, and logits decoded
+    token by token from a cached state."""
+    kw = dict(shared_keys=shared_keys, include_current=include_current, norm_eps=norm_eps,
+              normalization=normalization)
+    tri, ref = tiny_protot("triton", **kw), tiny_protot("torch", **kw)
+    ref.load_state_dict(tri.state_dict())
+    ids = torch.randint(0, 50, (2, 45), generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    out_t, out_r = tri(ids, labels=ids, use_cache=False), ref(ids, labels=ids, use_cache=False)
+    out_t.loss.backward()
+    out_r.loss.backward()
+    assert_close("logits", out_r.logits, out_t.logits, RATIO[torch.float32])
+    grads_r = dict(ref.named_parameters())
+    for name, p in tri.named_parameters():
+        assert_close(f"d{name}", grads_r[name].grad, p.grad, RATIO[torch.float32])
+    with torch.no_grad():
+        out = tri(ids[:, :20], use_cache=True)
+        steps = [out.logits]
+        for t in range(20, 24):
+            out = tri(ids[:, t:t + 1], cache=out.cache, use_cache=True)
+            steps.append(out.logits)
+    assert_close("decoded logits", out_r.logits[:, :24], torch.cat(steps, 1), RATIO[torch.float32])
+
+
+@triton_ok
+@pytest.mark.parametrize("chunk_size", [16, 32])
+def test_model_chunk_size_reaches_kernel(monkeypatch, chunk_size):
+    """ProtoTConfig.chunk_size is passed through the dispatch to the Triton chunked kernel."""
+    import kernels.proto_mixer as pm
+
+    seen = []
+    real = pm.chunk_decay_linear_attn
+
+    def spy(q, k, v, log_decay, initial_state=None, output_final_state=False, chunk_size=None, **kw):
+        seen.append(chunk_size)
+        return real(q, k, v, log_decay, initial_state, output_final_state, chunk_size, **kw)
+
+    monkeypatch.setattr(pm, "chunk_decay_linear_attn", spy)
+    model = tiny_protot("triton", chunk_size=chunk_size)
+    ids = torch.randint(0, 50, (1, 40), generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    model(ids, labels=ids, use_cache=False).loss.backward()
+    assert seen == [chunk_size] * model.config.num_hidden_layers

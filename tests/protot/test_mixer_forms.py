@@ -1,124 +1,97 @@
-"""The generic op in three torch forms (quadratic reference, recurrent, chunked): outputs, final
-states and the gradients of every input agree, at odd shapes and with decays near 0 and near 1."""
+"""The mixer's own maths (protot.mixer): the normaliser in its three forms, the read query with its
+zero-normaliser rule, the gates, the reduction of the mixer to the op (``channel_mix``) against its
+definition by explicit sums. The op's forms themselves are tested in tests/kernels/test_proto_mixer.py."""
 
 
 import pytest
 import torch
 
 from protot.mixer import (
-    decay_cumsum, decay_linear_attn, decay_linear_attn_chunk, decay_linear_attn_quadratic,
-    decay_linear_attn_recurrent, half_life_to_log_decay, log_decay_from_param, log_decay_to_half_life,
-    param_from_log_decay, resolve_backend,
+    channel_mix, channel_mix_by_definition, decay_cumsum, gate, gate_logits, half_life_to_log_decay,
+    log_decay_from_param, log_decay_to_half_life, param_from_log_decay, read_query,
 )
 from protot_testing import assert_close
 
-# deliberately nonuniform, incl. near 0 and near 1; one row per head
-BETAS = [[1e-6, 0.05, 0.5, 0.9, 0.999, 1 - 1e-6, 0.3],
-         [0.3, 0.7, 0.99, 0.2, 1 - 1e-4, 1e-3, 0.95]]
+BETAS = [1e-6, 0.05, 0.5, 0.9, 0.999, 1 - 1e-6, 0.3]   # deliberately nonuniform, incl. near 0 and near 1
 
 
-def make_inputs(B, T, H, K, V, dtype, with_state, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(B, T, H, K, generator=gen, dtype=torch.float64).to(dtype)
-    k = torch.rand(B, T, H, K, generator=gen, dtype=torch.float64).to(dtype)     # write gates are >= 0
-    v = torch.randn(B, T, H, V, generator=gen, dtype=torch.float64).to(dtype)
-    betas = torch.tensor([row[:K] for row in (BETAS * H)[:H]], dtype=torch.float64)
-    g = torch.log(betas).to(dtype)
-    S0 = torch.randn(B, H, K, V, generator=gen, dtype=torch.float64).to(dtype) if with_state else None
-    leaves = [x.requires_grad_() for x in (q, k, v, g) + ((S0,) if with_state else ())]
-    return leaves
-
-
-def run_form(form, inputs, chunk_size, dO, dS):
-    q, k, v, g, *rest = inputs
-    S0 = rest[0] if rest else None
-    if form == "chunk":
-        o, S = decay_linear_attn_chunk(q, k, v, g, S0, True, chunk_size=chunk_size)
-    elif form == "recurrent":
-        o, S = decay_linear_attn_recurrent(q, k, v, g, S0, True)
-    else:
-        o, S = decay_linear_attn_quadratic(q, k, v, g, S0, True)
-    ((o * dO).sum() + (S * dS).sum()).backward()
-    grads = [x.grad.clone() for x in inputs]
-    for x in inputs:
-        x.grad = None
-    return o.detach(), S.detach(), grads
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("B,T,H,K,V,C", [(2, 63, 2, 7, 60, 16), (1, 1, 1, 3, 4, 16), (1, 37, 1, 5, 8, 64),
-                                          (3, 64, 2, 4, 6, 32)])
-@pytest.mark.parametrize("with_state", [False, True])
-def test_forms_agree(dtype, B, T, H, K, V, C, with_state):
-    inputs = make_inputs(B, T, H, K, V, dtype, with_state)
-    gen = torch.Generator().manual_seed(1)
-    dO = torch.randn(B, T, H, V, generator=gen, dtype=torch.float64).to(dtype)
-    dS = torch.randn(B, H, K, V, generator=gen, dtype=torch.float64).to(dtype)
-    ref_o, ref_S, ref_g = run_form("quadratic", inputs, C, dO, dS)
-    names = ["dq", "dk", "dv", "dlog_decay", "dS0"]
-    for form in ("recurrent", "chunk"):
-        o, S, grads = run_form(form, inputs, C, dO, dS)
-        assert_close(f"{form} o", ref_o, o)
-        assert_close(f"{form} final state", ref_S, S)
-        for name, a, b in zip(names, ref_g, grads):
-            assert_close(f"{form} {name}", a, b)
-
-
-def test_float32_matches_float64_reference():
-    """float32 forms against the float64 quadratic reference (not just against each other)."""
-    inputs64 = make_inputs(2, 63, 2, 7, 60, torch.float64, True)
-    ref_o, ref_S = decay_linear_attn_quadratic(*inputs64, output_final_state=True)
-    inputs32 = [x.detach().float() for x in inputs64]
-    for form in ("quadratic", "recurrent", "chunk"):
-        o, S = decay_linear_attn(*inputs32, output_final_state=True, form=form, backend="torch", chunk_size=16)
-        assert_close(f"{form} o", ref_o, o, torch.float32)
-        assert_close(f"{form} S", ref_S, S, torch.float32)
-
-
-def test_chunk_continues_from_state():
-    """Running two halves with the carried state equals running the whole sequence."""
-    q, k, v, g = (x.detach() for x in make_inputs(2, 50, 2, 7, 9, torch.float64, False))
-    o, S = decay_linear_attn_chunk(q, k, v, g, None, True, chunk_size=16)
-    o1, S1 = decay_linear_attn_chunk(q[:, :21], k[:, :21], v[:, :21], g, None, True, chunk_size=16)
-    o2, S2 = decay_linear_attn_recurrent(q[:, 21:], k[:, 21:], v[:, 21:], g, S1, True)
-    assert_close("o", o, torch.cat([o1, o2], 1))
-    assert_close("S", S, S2)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_long_sequence_finite(dtype):
-    """T = 8192 with decays near 0 and near 1: chunked stays finite and matches the recurrence."""
-    B, T, H, K, V = 1, 8192, 1, 7, 8
-    q, k, v, g = make_inputs(B, T, H, K, V, dtype, False, seed=3)
-    o, S = decay_linear_attn_chunk(q, k, v, g, None, True, chunk_size=64)
-    (o.sum() + S.sum()).backward()
-    for name, x in [("o", o), ("S", S), ("dq", q.grad), ("dk", k.grad), ("dv", v.grad), ("dg", g.grad)]:
-        assert torch.isfinite(x).all(), name
-    # reference: the recurrence in float64 (a float32 recurrence itself drifts by ~5e-5 over 8192
-    # sequential additions; the chunked form, with 64-term sums, stays at ~1e-6)
-    with torch.no_grad():
-        o_rec, S_rec = decay_linear_attn_recurrent(q.double(), k.double(), v.double(), g.double(), None, True)
-    assert_close("o", o_rec, o, dtype)
-    assert_close("S", S_rec, S, dtype)
-    # the near-1 channel (beta = 1 - 1e-6) accumulates the whole sequence, the near-0 one
-    # (beta = 1e-6) only its last token: the test spans both regimes
-    assert S[0, 0, 5].norm() > 10 * S[0, 0, 0].norm()
+def scan_by_loop(x, g, n0):
+    ref, prev = [], n0
+    for t in range(x.shape[1]):
+        prev = g.exp() * prev + x[:, t]
+        ref.append(prev)
+    return torch.stack(ref, 1)
 
 
 @pytest.mark.parametrize("form", ["quadratic", "recurrent", "chunk"])
-def test_decay_cumsum(form):
+@pytest.mark.parametrize("T,C", [(45, 16), (1, 16), (64, 32), (33, 7), (5, 64)])
+@pytest.mark.parametrize("with_initial", [True, False])
+def test_decay_cumsum(form, T, C, with_initial):
+    """n_t = beta n_{t-1} + x_t in every form, at odd lengths and chunk sizes, values and gradients."""
     gen = torch.Generator().manual_seed(0)
-    x = torch.rand(2, 45, 5, generator=gen, dtype=torch.float64)
-    g = torch.log(torch.tensor([1e-6, 0.5, 0.9, 0.999, 1 - 1e-6], dtype=torch.float64))
-    n0 = torch.rand(2, 5, generator=gen, dtype=torch.float64)
-    n, nT = decay_cumsum(x, g, n0, form=form, chunk_size=16)
-    ref, prev = [], n0
-    for t in range(45):
-        prev = g.exp() * prev + x[:, t]
-        ref.append(prev)
-    ref = torch.stack(ref, 1)
-    assert_close("n", ref, n)
-    assert_close("n_T", ref[:, -1], nT)
+    x = torch.rand(2, T, 7, generator=gen, dtype=torch.float64).requires_grad_()
+    g = torch.log(torch.tensor(BETAS, dtype=torch.float64)).requires_grad_()
+    n0 = torch.rand(2, 7, generator=gen, dtype=torch.float64).requires_grad_() if with_initial else None
+    leaves = [x, g] + ([n0] if with_initial else [])
+    dn = torch.randn(2, T, 7, generator=gen, dtype=torch.float64)
+    n, nT = decay_cumsum(x, g, n0, form=form, chunk_size=C)
+    ref = scan_by_loop(x, g, n0 if with_initial else torch.zeros(2, 7, dtype=torch.float64))
+    assert_close("n", ref, n, tol=1e-12)
+    assert_close("n_T", ref[:, -1], nT, tol=1e-12)
+    got = torch.autograd.grad((n * dn).sum() + nT.sum(), leaves)
+    want = torch.autograd.grad((ref * dn).sum() + ref[:, -1].sum(), leaves)
+    for name, a, b in zip(["dx", "dlog_decay", "dn0"], want, got):
+        assert_close(name, a, b, tol=1e-12)
+
+
+def test_decay_cumsum_float32_and_errors():
+    gen = torch.Generator().manual_seed(1)
+    x = torch.rand(1, 300, 7, generator=gen, dtype=torch.float64)
+    g = torch.log(torch.tensor(BETAS, dtype=torch.float64))
+    ref = scan_by_loop(x, g, torch.zeros(1, 7, dtype=torch.float64))
+    n, _ = decay_cumsum(x.float(), g.float(), form="chunk", chunk_size=32)
+    assert n.dtype == torch.float32
+    assert_close("float32 chunk", ref, n, torch.float32)
+    n16, _ = decay_cumsum(x.bfloat16(), g.float(), form="chunk")
+    assert n16.dtype == torch.float32                                   # computed in float32
+    with pytest.raises(ValueError, match="form"):
+        decay_cumsum(x, g, form="fft")
+    with pytest.raises(ValueError, match="log_decay"):
+        decay_cumsum(x, g[:3])
+    with pytest.raises(ValueError, match="initial"):
+        decay_cumsum(x, g, torch.zeros(1, 3, dtype=torch.float64))
+
+
+def test_read_query_zero_normaliser():
+    """eps = 0: where n = 0 the query (and so the channel) is 0, with finite gradients; elsewhere r / n.
+    eps > 0: the plain r / (n + eps)."""
+    r = torch.tensor([[0.2, 0.3, 0.5]], dtype=torch.float64, requires_grad=True)
+    n = torch.tensor([[0.0, 2.0, 1e-3]], dtype=torch.float64, requires_grad=True)
+    q = read_query(r, n, 0.0)
+    assert torch.equal(q.detach(), torch.tensor([[0.0, 0.15, 0.5 / 1e-3]], dtype=torch.float64))
+    q[:, :2].sum().backward()
+    assert torch.isfinite(r.grad).all() and torch.isfinite(n.grad).all()
+    assert r.grad[0, 0] == 0 and n.grad[0, 0] == 0
+    assert torch.equal(read_query(r, n, 1e-6), r / (n + 1e-6))
+
+
+def test_gate_mask_clamp_and_similarity():
+    gen = torch.Generator().manual_seed(2)
+    a = torch.randn(2, 5, 9, generator=gen, dtype=torch.float64)
+    P = torch.randn(6, 9, generator=gen, dtype=torch.float64)
+    logits = gate_logits(a, P, "dot")
+    assert_close("dot", a @ P.t() / 3.0, logits)
+    cos = gate_logits(a, P, "cosine")
+    assert cos.abs().max() <= 1 + 1e-12
+    w = gate(logits, 0.5, mask={1, 4})
+    assert (w[..., [1, 4]] == 0).all()
+    assert_close("sums to 1", torch.ones(2, 5, dtype=torch.float64), w.sum(-1))
+    assert_close("temperature", torch.softmax(logits / 0.5, -1)[..., 0], gate(logits, 0.5)[..., 0])
+    assert (gate(logits, 1.0, clamp={2: 0.25})[..., 2] == 0.25).all()
+    with pytest.raises(ValueError, match="all prototypes masked"):
+        gate(logits, 1.0, mask=set(range(6)))
+    with pytest.raises(ValueError, match="similarity"):
+        gate_logits(a, P, "l2")
 
 
 def test_decay_parametrisations_roundtrip():
@@ -132,55 +105,47 @@ def test_decay_parametrisations_roundtrip():
         log_decay_from_param(g, "tanh")
 
 
-def test_dispatch_errors():
-    q, k, v, g = (x.detach() for x in make_inputs(1, 5, 1, 3, 4, torch.float32, False))
-    with pytest.raises(ValueError, match="form"):
-        decay_linear_attn(q, k, v, g, form="fft")
-    with pytest.raises(ValueError, match="backend"):
-        resolve_backend("cuda", q.device)
-    with pytest.raises(RuntimeError, match="triton"):
-        decay_linear_attn(q, k, v, g, backend="triton")
-    assert resolve_backend("auto", q.device) == "torch"
-    with pytest.raises(ValueError, match="log_decay"):
-        decay_linear_attn(q, k, v, g[:, :2])
-    with pytest.raises(ValueError, match="v must be"):
-        decay_linear_attn(q, k, v[:, :4], g)
-
-
 @pytest.mark.parametrize("normalization", ["write_mass", "count", "none"])
 @pytest.mark.parametrize("include_current", [True, False])
 @pytest.mark.parametrize("form", ["quadratic", "recurrent", "chunk"])
-def test_channel_mix_equals_definition(normalization, include_current, form):
-    """The reduction of the mixer to the generic op (q = r / (n + eps), k = w) is exact."""
-    from protot.mixer import channel_mix, channel_mix_by_definition
+@pytest.mark.parametrize("eps", [1e-9, 0.0])
+def test_channel_mix_equals_definition(normalization, include_current, form, eps):
+    """The reduction of the mixer to the op (q = r / (n + eps), k = w) is exact, eps = 0 included
+    (then position 0 of the exclusive form, which has no past, reads 0, not 0/0)."""
     gen = torch.Generator().manual_seed(5)
     w = torch.softmax(torch.randn(2, 21, 5, generator=gen, dtype=torch.float64) * 2, -1)
     r = torch.softmax(torch.randn(2, 21, 5, generator=gen, dtype=torch.float64) * 2, -1)
     v = torch.randn(2, 21, 6, generator=gen, dtype=torch.float64)
     g = torch.log(torch.tensor([1e-6, 0.5, 0.9, 0.999, 1 - 1e-6], dtype=torch.float64))
-    ref = channel_mix_by_definition(w, r, v, g, normalization, include_current, eps=1e-9)
-    got = channel_mix(w, r, v, g, normalization, include_current, eps=1e-9, form=form, chunk_size=8)
-    assert_close("mix", ref, got)
+    ref = channel_mix_by_definition(w, r, v, g, normalization, include_current, eps=eps)
+    got = channel_mix(w, r, v, g, normalization, include_current, eps=eps, form=form, chunk_size=8)
+    assert_close("mix", ref, got, tol=1e-12)
+    if not include_current:
+        assert (got[:, 0] == 0).all() and (ref[:, 0] == 0).all()
 
 
-def test_matches_kernel_package_reference():
-    """Our torch forms and kernels/proto_mixer's own torch reference implement the same contract."""
-    kp = pytest.importorskip("kernels.proto_mixer")
-    q, k, v, g, S0 = (x.detach() for x in make_inputs(2, 45, 2, 7, 12, torch.float64, True))
-    ref_o, ref_S = kp.naive_decay_linear_attn(q, k, v, g, initial_state=S0, output_final_state=True)
-    o, S = decay_linear_attn_chunk(q, k, v, g, S0, True, chunk_size=16)
-    assert_close("o", ref_o.double(), o, torch.float32 if ref_o.dtype == torch.float32 else torch.float64)
-    assert_close("S", ref_S.double(), S, torch.float32 if ref_S.dtype == torch.float32 else torch.float64)
+def test_channel_mix_masked_prototype_eps_zero():
+    """A prototype that never receives any write (masked: w = 0 exactly) has n = 0 at every
+    position; with eps = 0 it reads 0 and the mix stays finite and equal to the definition."""
+    gen = torch.Generator().manual_seed(6)
+    logits = torch.randn(1, 17, 4, generator=gen, dtype=torch.float64)
+    w = gate(logits, 1.0, mask={2})
+    r = gate(logits, 0.5)
+    v = torch.randn(1, 17, 3, generator=gen, dtype=torch.float64)
+    g = torch.log(torch.tensor([0.5, 0.9, 0.99, 0.3], dtype=torch.float64))
+    for form in ("quadratic", "recurrent", "chunk"):
+        got = channel_mix(w, r, v, g, "write_mass", True, eps=0.0, form=form, chunk_size=4)
+        assert_close(form, channel_mix_by_definition(w, r, v, g, "write_mass", True, eps=0.0), got, tol=1e-12)
 
 
-def test_half_precision_inputs_compute_in_float32():
-    """bf16 / mixed-dtype inputs (as under autocast) run, with decays and state in float32."""
-    q, k, v, g = (x.detach() for x in make_inputs(1, 40, 1, 7, 8, torch.float32, False))
-    ref, S_ref = decay_linear_attn(q, k, v, g, output_final_state=True)
-    o, S = decay_linear_attn(q, k, v.bfloat16(), g, output_final_state=True)   # float32 q, k with bf16 v
-    assert o.dtype == torch.float32 and S.dtype == torch.float32
-    o16, S16 = decay_linear_attn(q.bfloat16(), k.bfloat16(), v.bfloat16(), g, output_final_state=True)
-    assert o16.dtype == torch.bfloat16 and S16.dtype == torch.float32
-    # only the bf16 rounding of the inputs (2^-8 relative) remains
-    assert_close("o (bf16 inputs)", ref, o16.float(), tol=3e-2)
-    assert_close("S (bf16 inputs)", S_ref, S16, tol=3e-2)
+@pytest.mark.parametrize("T,C", [(5, 16), (40, 16), (33, 32), (256, 32)])
+def test_decay_cumsum_chunk_batch_invariant(T, C):
+    """A sequence's normaliser has the same bits alone as in a batch (float32): robustness and
+    ablation comparisons of identical inputs computed in different batches see no rounding noise."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.rand(8, T, 8, generator=gen)
+    a = -torch.rand(8, generator=gen) * 3
+    n, nT = decay_cumsum(x, a, form="chunk", chunk_size=C)
+    for b in range(8):
+        nb, nTb = decay_cumsum(x[b:b + 1], a, form="chunk", chunk_size=C)
+        assert torch.equal(n[b:b + 1], nb) and torch.equal(nT[b:b + 1], nTb)

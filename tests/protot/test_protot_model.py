@@ -1,5 +1,6 @@
 """ProtoT model: the mixer equals its definition, forms agree inside the model, decoding with the
-recurrent cache equals full recomputation, config validation, gates, interventions, save/load."""
+recurrent cache equals full recomputation, config validation, gates, interventions, save/load; each
+for the open choices (normalisation, s <= t or s < t, shared or separate keys, norm_eps = 0)."""
 
 import itertools
 import math
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from protot.intervene import clamp_prototype, gates, mask_prototype, reinit_prototype
-from protot.models import ProtoTConfig, ProtoTForCausalLM, build_model, count_parameters
+from protot.models import ProtoTConfig, ProtoTForCausalLM, build_model, count_parameters, matched_intermediate_size
 from protot_testing import assert_close
 
 VOCAB = 50
@@ -30,8 +31,9 @@ def mixer_by_definition(mixer, x):
     P = mixer.prototypes
     sim = (lambda a: torch.nn.functional.normalize(a, dim=-1) @ torch.nn.functional.normalize(P, dim=-1).t()) \
         if cfg.similarity == "cosine" else (lambda a: a @ P.t() / math.sqrt(a.shape[-1]))
-    w = torch.softmax(sim(mixer.write_proj(x)) / cfg.write_temperature, -1)   # (B, T, R)
-    r = torch.softmax(sim(mixer.read_proj(x)) / cfg.read_temperature, -1)
+    a_w, a_r = (mixer.key_proj(x),) * 2 if cfg.shared_keys else (mixer.write_proj(x), mixer.read_proj(x))
+    w = torch.softmax(sim(a_w) / cfg.write_temperature, -1)                   # (B, T, R)
+    r = torch.softmax(sim(a_r) / cfg.read_temperature, -1)
     v = mixer.value_proj(x)                                                   # (B, T, Dv)
     beta = mixer.log_decay().exp()                                            # (R,)
     B, T, R = w.shape
@@ -45,50 +47,68 @@ def mixer_by_definition(mixer, x):
             f = beta ** (last - s)                                            # (R,)
             num = num + f[None, :, None] * w[:, s, :, None] * v[:, s, None, :]
             den = den + f[None] * (w[:, s] if cfg.normalization == "write_mass" else 1.0)
-        c = num if cfg.normalization == "none" else num / (den[..., None] + cfg.norm_eps)
+        if cfg.normalization == "none":
+            c = num
+        elif cfg.norm_eps == 0 and t == 0 and not cfg.include_current:
+            c = torch.zeros_like(num)                                         # no past: defined as 0
+        else:
+            c = num / (den[..., None] + cfg.norm_eps)
         out.append(torch.einsum("br,brv->bv", r[:, t], c))
     return mixer.alpha * mixer.out_proj(torch.stack(out, 1))
 
 
-@pytest.mark.parametrize("normalization,include_current,similarity", [
-    ("write_mass", True, "dot"), ("write_mass", False, "cosine"), ("count", True, "cosine"),
-    ("count", False, "dot"), ("none", True, "dot"), ("none", False, "dot")])
-def test_mixer_equals_definition(normalization, include_current, similarity):
+@pytest.mark.parametrize("normalization,include_current,similarity,shared_keys,norm_eps", [
+    ("write_mass", True, "dot", False, 1e-9), ("write_mass", False, "cosine", False, 1e-9),
+    ("count", True, "cosine", False, 1e-9), ("count", False, "dot", False, 1e-9),
+    ("none", True, "dot", False, 0.0), ("none", False, "dot", False, 0.0),
+    ("write_mass", True, "dot", True, 1e-9), ("write_mass", False, "dot", True, 0.0),
+    ("write_mass", False, "cosine", True, 1e-6), ("count", False, "dot", True, 0.0)])
+def test_mixer_equals_definition(normalization, include_current, similarity, shared_keys, norm_eps):
     model = tiny(normalization=normalization, include_current=include_current, similarity=similarity,
-                 write_temperature=0.7, read_temperature=1.9, norm_eps=1e-9 if normalization != "none" else 0.0)
+                 shared_keys=shared_keys, write_temperature=0.7, read_temperature=1.9, norm_eps=norm_eps)
     x = torch.randn(2, 19, 64, dtype=torch.float64)
     for layer in (0, 1):   # layer 0 has the short convolution, layer 1 not (tiny: conv_layers = 2 -> override)
         mixer = model.layers[layer].mixer
         for form in ("chunk", "quadratic", "recurrent"):
             mixer.config.mixer_form = form
             y, _ = mixer(x)
-            assert_close(f"layer {layer} {form}", mixer_by_definition(mixer, x), y)
+            assert_close(f"layer {layer} {form}", mixer_by_definition(mixer, x), y, tol=1e-12)
 
 
-@pytest.mark.parametrize("normalization,include_current", list(itertools.product(["write_mass", "count", "none"],
-                                                                                 [True, False])))
-def test_forms_agree_in_model_with_grads(normalization, include_current):
+FORM_CASES = [(n, inc, False, 1e-6) for n, inc in itertools.product(["write_mass", "count", "none"], [True, False])] + [
+    ("write_mass", True, True, 1e-6), ("write_mass", False, True, 1e-6), ("count", False, True, 1e-6),
+    ("write_mass", False, True, 0.0), ("write_mass", True, False, 0.0), ("count", False, False, 0.0)]
+
+
+@pytest.mark.parametrize("normalization,include_current,shared_keys,norm_eps", FORM_CASES)
+def test_forms_agree_in_model_with_grads(normalization, include_current, shared_keys, norm_eps):
+    """Quadratic, recurrent and chunked forms: the same logits and the same gradient of every
+    parameter (float64, ~1e-12), at odd sizes (R = 5, P = 9, d_v = 7, T = 29 with chunks of 8)."""
     ids = torch.randint(0, VOCAB, (2, 29), generator=torch.Generator().manual_seed(0))
     results = {}
     for form in ("quadratic", "recurrent", "chunk"):
-        model = tiny(mixer_form=form, normalization=normalization, include_current=include_current, conv_layers=1)
+        model = tiny(mixer_form=form, normalization=normalization, include_current=include_current, conv_layers=1,
+                     shared_keys=shared_keys, norm_eps=norm_eps, num_prototypes=5, proto_dim=9, value_dim=7)
         out = model(ids, labels=ids, use_cache=False)
         out.loss.backward()
         results[form] = (out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()})
     ref_logits, ref_grads = results["quadratic"]
     for form in ("recurrent", "chunk"):
         logits, grads = results[form]
-        assert_close(f"{form} logits", ref_logits, logits)
+        assert_close(f"{form} logits", ref_logits, logits, tol=1e-12)
         for name, g in ref_grads.items():
-            assert_close(f"{form} d{name}", g, grads[name])
+            assert torch.isfinite(g).all(), name
+            assert_close(f"{form} d{name}", g, grads[name], tol=1e-12)
     # the mixer parameters do receive gradient (the comparison above is not vacuous)
     assert ref_grads["layers.1.mixer.decay_param"].abs().max() > 0
     assert ref_grads["layers.0.mixer.prototypes"].abs().max() > 0
 
 
-@pytest.mark.parametrize("include_current", [True, False])
-def test_incremental_decoding_equals_full(include_current):
-    model = tiny(include_current=include_current)
+@pytest.mark.parametrize("include_current,shared_keys,norm_eps", [
+    (True, False, 1e-6), (False, False, 1e-6), (True, True, 1e-6), (False, True, 1e-6), (False, True, 0.0),
+    (False, False, 0.0)])
+def test_incremental_decoding_equals_full(include_current, shared_keys, norm_eps):
+    model = tiny(include_current=include_current, shared_keys=shared_keys, norm_eps=norm_eps)
     ids = torch.randint(0, VOCAB, (2, 23), generator=torch.Generator().manual_seed(1))
     full = model(ids, use_cache=False).logits
     out = model(ids[:, :10], use_cache=True)                     # prefill 10 (chunked), then 3 + 1 + 1 ...
@@ -99,7 +119,7 @@ def test_incremental_decoding_equals_full(include_current):
         out = model(ids[:, t:t + 1], cache=cache, use_cache=True)
         logits.append(out.logits)
     assert cache.get_seq_length() == 23
-    assert_close("logits", full, torch.cat(logits, 1))
+    assert_close("logits", full, torch.cat(logits, 1), tol=1e-12)
     # the per-layer state is O(1): its size does not depend on the number of tokens seen
     sizes = {k: tuple(v.shape) for k, v in cache.layers[0].items() if torch.is_tensor(v)}
     assert sizes["S"] == (2, 1, 8, 32) and sizes["n"] == (2, 8) and sizes["conv"] == (2, 3, 64)
@@ -141,7 +161,7 @@ def test_save_load_roundtrip(tmp_path):
     ("init_decays", [0.5] * 7 + [1.0]), ("init_decays", [0.0] + [0.5] * 7), ("init_decays", [0.5] * 3),
     ("init_half_life_min", 0.0), ("normalization", "softmax"), ("mixer_form", "fft"), ("mixer_backend", "cuda"),
     ("similarity", "l2"), ("decay_parametrization", "tanh"), ("chunk_size", 0), ("value_dim", 0),
-    ("hidden_size", 0), ("conv_size", 0)])
+    ("hidden_size", 0), ("conv_size", 0), ("shared_keys", "yes"), ("include_current", 1)])
 def test_invalid_config_names_field(field, value):
     with pytest.raises(ValueError, match=f"`{field}`"):
         build_model("protot", "tiny", VOCAB, **{field: value})
@@ -254,3 +274,117 @@ def test_long_sequence_model_finite_with_extreme_decays():
     assert_close("decays", torch.tensor(betas, dtype=torch.float64), model.layers[0].mixer.log_decay().exp().double(),
                  torch.float32)
     assert torch.isfinite(out.gates[1]["channel"]).all()
+
+
+# -- shared keys, the exclusive write with norm_eps = 0, parameter matching ----------------------------
+def test_shared_keys_one_key_projection():
+    """shared_keys: one key projection W_k for both gates (no W_w, W_r), one d x P matrix fewer per
+    layer; with equal temperatures the write and read gates are the same softmax."""
+    sep, sh = tiny(), tiny(shared_keys=True)
+    for m in sh.mixers():
+        assert hasattr(m, "key_proj") and not hasattr(m, "write_proj") and not hasattr(m, "read_proj")
+    for m in sep.mixers():
+        assert not hasattr(m, "key_proj")
+    cfg = sh.config
+    diff = count_parameters(sep)["non_embedding"] - count_parameters(sh)["non_embedding"]
+    assert diff == cfg.num_hidden_layers * cfg.hidden_size * cfg.proto_width
+    same = tiny(shared_keys=True, write_temperature=0.8, read_temperature=0.8)
+    ids = torch.randint(0, VOCAB, (2, 13), generator=torch.Generator().manual_seed(4))
+    for layer in gates(same, ids):
+        assert torch.equal(layer["write_gate"], layer["read_gate"])
+    # different temperatures: the same ranking of prototypes, different sharpness
+    g = gates(tiny(shared_keys=True, write_temperature=0.3, read_temperature=3.0), ids)[1]
+    assert torch.equal(g["write_gate"].argmax(-1), g["read_gate"].argmax(-1))
+    assert (g["write_gate"].max(-1).values >= g["read_gate"].max(-1).values).all()
+
+
+def test_shared_keys_save_load_and_interventions(tmp_path):
+    from transformers import AutoModelForCausalLM
+    model = tiny(dtype=torch.float32, shared_keys=True, include_current=False, norm_eps=0.0)
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert loaded.config.shared_keys is True and loaded.config.norm_eps == 0.0
+    ids = torch.randint(0, VOCAB, (1, 17))
+    base = model(ids).logits
+    assert torch.equal(base, loaded(ids).logits)
+    with mask_prototype(model, layer=1, k=3):      # a masked prototype has n = 0: reads 0, no NaN
+        g = gates(model, ids)[1]
+        assert (g["write_gate"][..., 3] == 0).all() and (g["read_gate"][..., 3] == 0).all()
+        masked = model(ids).logits
+        assert torch.isfinite(masked).all() and (masked - base).abs().max() > 1e-6
+    assert torch.equal(model(ids).logits, base)
+
+
+@pytest.mark.parametrize("shared_keys", [False, True])
+@pytest.mark.parametrize("normalization", ["write_mass", "count"])
+def test_exclusive_write_norm_eps_zero_position_zero(shared_keys, normalization):
+    """include_current=False, norm_eps=0: position 0 has no past, every channel's normaliser is 0,
+    and the mixer outputs exactly 0 there (not 0/0); logits, gates and gradients are finite, in
+    float64 and float32, and position t >= 1 reads the exact prefix mean of s < t."""
+    for dtype in (torch.float64, torch.float32):
+        model = tiny(dtype=dtype, include_current=False, norm_eps=0.0, shared_keys=shared_keys,
+                     normalization=normalization)
+        model.train()
+        ids = torch.randint(0, VOCAB, (2, 11), generator=torch.Generator().manual_seed(5))
+        captured = []
+        hooks = [m.register_forward_hook(lambda mod, i, o: captured.append(o[0])) for m in model.mixers()]
+        out = model(ids, labels=ids, output_gates=True)
+        for h in hooks:
+            h.remove()
+        for y in captured:
+            assert (y[:, 0] == 0).all() and (y[:, 1:] != 0).any()
+        out.loss.backward()
+        assert torch.isfinite(out.logits).all() and torch.isfinite(out.loss)
+        for n, p in model.named_parameters():
+            assert p.grad is not None and torch.isfinite(p.grad).all(), n
+        for layer in out.gates:
+            assert torch.isfinite(layer["channel"]).all()
+    # a one-token prompt, then decoding: the first step is the no-past case on the cached path
+    model = tiny(include_current=False, norm_eps=0.0, shared_keys=shared_keys, normalization=normalization)
+    full = model(ids, use_cache=False).logits
+    out = model(ids[:, :1], use_cache=True)
+    steps = [out.logits]
+    for t in range(1, 11):
+        out = model(ids[:, t:t + 1], cache=out.cache, use_cache=True)
+        steps.append(out.logits)
+    assert_close("decode from one token", full, torch.cat(steps, 1), tol=1e-12)
+
+
+def test_norm_eps_moves_prefix_mean_only_where_mass_is_small():
+    """norm_eps = 1e-6 against 0 (float64): the same model, logits differ, by at most what the
+    relative bias eps / (n + eps) of each channel allows; with include_current=True n > 0 everywhere."""
+    a, b = tiny(norm_eps=1e-6), tiny(norm_eps=0.0)
+    ids = torch.randint(0, VOCAB, (2, 19), generator=torch.Generator().manual_seed(6))
+    la, lb = a(ids).logits, b(ids).logits
+    assert torch.isfinite(lb).all()
+    assert 0 < (la - lb).abs().max() < 1e-4   # near-uniform gates at init: n >~ 1/R, bias eps/n <~ 1e-5
+
+
+def test_matched_intermediate_size_for_shared_keys():
+    """shared_keys drops L d P parameters; the matched SwiGLU width gives the LLaMA baseline's
+    non-embedding count back (within one width step of 8: 3 d 8 L parameters)."""
+    llama = count_parameters(build_model("llama", "small", VOCAB))["non_embedding"]
+    assert matched_intermediate_size("protot", "small") == 704             # the default is matched already
+    for size, L, d in (("tiny", 2, 64), ("small", 6, 256)):
+        width = matched_intermediate_size("protot", size, shared_keys=True)
+        ref = count_parameters(build_model("llama", size, VOCAB))["non_embedding"]
+        got = count_parameters(build_model("protot", size, VOCAB, shared_keys=True,
+                                           intermediate_size=width))["non_embedding"]
+        assert abs(got - ref) <= 3 * d * 8 * L // 2, (size, width, got, ref)
+    width = matched_intermediate_size("protot", "small", shared_keys=True)
+    got = count_parameters(build_model("protot", "small", VOCAB, shared_keys=True, intermediate_size=width))
+    assert abs(got["non_embedding"] / llama - 1) < 1e-3
+
+
+@pytest.mark.parametrize("shared_keys,include_current", [(False, True), (True, False)])
+def test_batch_invariant_logits(shared_keys, include_current):
+    """float32, torch forms: a sequence's logits and gates are bitwise the same alone and in a batch."""
+    model = tiny(dtype=torch.float32, shared_keys=shared_keys, include_current=include_current)
+    ids = torch.randint(0, VOCAB, (6, 37), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        full = model(ids, use_cache=False, output_gates=True)
+        for b in range(6):
+            one = model(ids[b:b + 1], use_cache=False, output_gates=True)
+            assert torch.equal(full.logits[b:b + 1], one.logits)
+            for g_full, g_one in zip(full.gates, one.gates):
+                assert torch.equal(g_full["read_gate"][b:b + 1], g_one["read_gate"])

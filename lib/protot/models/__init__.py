@@ -80,10 +80,25 @@ def _non_embedding_on_meta(arch, config) -> int:
     return count_parameters(model)["non_embedding"]
 
 
-def matched_intermediate_size(arch: str, size: str, vocab_size: int, **overrides) -> int:
-    """SwiGLU width (multiple of 8) making ``arch``'s non-embedding count closest to ProtoT's."""
+def matched_intermediate_size(arch: str, size: str, vocab_size: int = 256, **overrides) -> int:
+    """SwiGLU width (multiple of 8) that size-matches ``arch`` (with ``overrides``) at ``size``.
+
+    The baselines (llama, deltanet, mamba) are matched to the default ProtoT; ProtoT itself is matched
+    to the LLaMA baseline of the same size (as ``build_model`` builds it), so a ProtoT variant with
+    fewer mixer parameters, e.g. ``shared_keys=True``, gets its non-embedding count back:
+    ``build_model("protot", size, V, shared_keys=True,
+    intermediate_size=matched_intermediate_size("protot", size, shared_keys=True))``, or the same
+    width as ``--set intermediate_size=N`` for ``python -m protot.train``. The non-embedding count
+    does not depend on ``vocab_size`` (tied embeddings)."""
+    overrides.pop("intermediate_size", None)
     shared = {k: v for k, v in overrides.items() if k in _SHARED}
-    target = _non_embedding_on_meta("protot", make_config("protot", size, vocab_size, **shared))
+    if arch == "protot":
+        ref = "llama"
+        ref_config = make_config(ref, size, vocab_size, **shared,
+                                 intermediate_size=matched_intermediate_size(ref, size, vocab_size, **shared))
+    else:
+        ref, ref_config = "protot", make_config("protot", size, vocab_size, **shared)
+    target = _non_embedding_on_meta(ref, ref_config)
     a, b = 64, 128
     pa = _non_embedding_on_meta(arch, make_config(arch, size, vocab_size, **overrides, intermediate_size=a))
     pb = _non_embedding_on_meta(arch, make_config(arch, size, vocab_size, **overrides, intermediate_size=b))

@@ -2,11 +2,14 @@
 
 Equations (working specification, not quotations; see ``protot.mixer`` for the derivation):
     w_t = softmax(sim(W_w x_t, P) / tau_w)      r_t = softmax(sim(W_r x_t, P) / tau_r)     (R,)
+      (shared_keys: one key a_t = W_k x_t for both gates, w_t = softmax(sim(a_t, P) / tau_w),
+       r_t = softmax(sim(a_t, P) / tau_r))
     v_t = W_v x_t                                                                        (d_v,)
     S_t = beta * S_{t-1} + w_t^T v_t,   n_t = beta * n_{t-1} + m_t   (m = w, 1, or none)  (R, d_v), (R,)
-    y_t = alpha * W_o ( (r_t / (n_t + eps)) S_t )
-Code name -> paper symbol: write_proj = W_w, read_proj = W_r, prototypes = p_k (R, P),
-value_proj = W_v, out_proj = W_o, decay_param = theta (beta = sigmoid(theta)), alpha = alpha.
+    y_t = alpha * W_o ( (r_t / (n_t + eps)) S_t )      (include_current=False: S_{t-1}, n_{t-1})
+Code name -> paper symbol: write_proj = W_w, read_proj = W_r, key_proj = W_k (shared_keys),
+prototypes = p_k (R, P), value_proj = W_v, out_proj = W_o, decay_param = theta (beta = sigmoid(theta)),
+alpha = alpha.
 """
 
 from __future__ import annotations
@@ -15,11 +18,11 @@ import math
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
+from kernels.proto_mixer import BACKENDS, DEFAULT_CHUNK_SIZE, FORMS, decay_linear_attn
 from protot.mixer import (
-    BACKENDS, FORMS, decay_cumsum, decay_linear_attn, half_life_to_log_decay, log_decay_from_param,
-    log_decay_to_half_life, param_from_log_decay,
+    SIMILARITIES, decay_cumsum, gate, gate_logits, half_life_to_log_decay, log_decay_from_param,
+    log_decay_to_half_life, param_from_log_decay, read_query,
 )
 from protot.models.common import BaseCausalLM, BaseLMConfig, ProtoTCausalLMOutput, ShortConv, _require
 
@@ -29,8 +32,16 @@ class ProtoTConfig(BaseLMConfig):
 
     num_prototypes (R): prototypes (= channels) per layer. Paper: labels up to P31, so R >= 32 in
         the large model; the exact R per setting is unknown. Default 32.
-    proto_dim (P): width of the space where tokens meet prototypes (W_w, W_r: d -> P). Unknown;
+    proto_dim (P): width of the space where tokens meet prototypes (W_w, W_r or W_k: d -> P). Unknown;
         None -> hidden_size.
+    shared_keys: one similarity between a token and the prototypes for both gates: a single key
+        projection W_k (``key_proj``) replaces W_w and W_r, so a prototype's write key and read key
+        are the same vector; the gates differ only by their temperatures,
+        w = softmax(sim(W_k x, p) / tau_w), r = softmax(sim(W_k x, p) / tau_r). The seed text reads
+        this way ("similarity between the token and each prototype"). Default False (separate W_w,
+        W_r: with R <= P the write and read keys are unrelated). True removes one d x P matrix per
+        layer; ``protot.models.matched_intermediate_size("protot", size, shared_keys=True)`` gives
+        the SwiGLU width that matches the LLaMA baseline's non-embedding count again.
     value_dim (d_v): width of the value path W_v: d -> d_v. Reviews mention half the hidden size;
         None -> hidden_size // 2.
     write_temperature / read_temperature (tau_w, tau_r): softmax temperatures; the paper has separate
@@ -44,24 +55,31 @@ class ProtoTConfig(BaseLMConfig):
         the half-life range.
     normalization: "write_mass" (n = discounted sum of write gates; c is a weighted prefix mean,
         default), "count" (n = discounted token count), or "none" (no division). Unknown.
-    norm_eps: eps in q = r / (n + eps); a channel that has received ~no mass reads ~0.
-    include_current: whether token t is in its own prefix (s <= t, default) or not (s < t). With
-        "none" normalisation the exclusive form reads S_{t-1}. The paper's wording ("past tokens") is
-        ambiguous.
+    norm_eps: eps in q = r / (n + eps); a channel that has received ~no mass reads ~0. It biases the
+        prefix mean towards 0 where n is small (lib/protot/README.md measures how much). 0 is allowed
+        and exact: where n = 0 (nothing received yet) the channel reads 0 (``protot.mixer.read_query``),
+        never 0/0. In float32, eps = 0 is meant for exactness checks: a normaliser that underflows
+        to a subnormal can overflow q.
+    include_current: whether token t is in its own prefix (s <= t, default) or not (s < t: the
+        literal "past tokens j < i" write). With s < t, position 0 has no past: every channel's
+        normaliser is 0 and it reads 0 there (with any norm_eps >= 0). With "none" normalisation
+        the exclusive form reads S_{t-1}. The paper's wording is ambiguous.
     alpha_init: initial value of the ReZero-like scalar alpha on the mixer output. The paper has an
         "alpha-gate init" hyperparameter, value unknown; default 0.1 (0 would be pure ReZero).
     conv_size / conv_layers: a depthwise causal convolution of width conv_size on the mixer input in
         the first conv_layers layers (reviews: width 4 in layers 0 and 1). conv_layers = 0 disables it.
     mixer_form: torch form of the op: "chunk" (default), "quadratic" (reference), "recurrent".
-    mixer_backend: "auto" (Triton on CUDA when kernels.proto_mixer imports, else torch), "torch", "triton".
-    chunk_size: chunk length C of the chunked form (32: fastest torch path on CPU at contexts 256-2048,
-        see benchmarks/bench_train.py; the Triton kernel takes 16-128).
+    mixer_backend: "auto" (the Triton kernels for CUDA tensors, the torch forms elsewhere: the one rule of
+        ``kernels.proto_mixer.resolve_backend``), "torch", "triton".
+    chunk_size: chunk length C of the chunked form, torch or Triton (32: fastest torch path on CPU
+        at contexts 256-2048, see benchmarks/bench_train.py; the Triton kernels take 16, 32, 64, 128).
     """
 
     model_type = "protot"
 
     num_prototypes: int = 32
     proto_dim: int | None = None
+    shared_keys: bool = False
     value_dim: int | None = None
     write_temperature: float = 1.0
     read_temperature: float = 1.0
@@ -78,7 +96,7 @@ class ProtoTConfig(BaseLMConfig):
     conv_layers: int = 2
     mixer_form: str = "chunk"
     mixer_backend: str = "auto"
-    chunk_size: int = 32
+    chunk_size: int = DEFAULT_CHUNK_SIZE
 
     def validate_fields(self):
         super().validate_fields()
@@ -88,7 +106,10 @@ class ProtoTConfig(BaseLMConfig):
         _require(self.value_dim is None or self.value_dim >= 1, "value_dim", f"must be >= 1, got {self.value_dim}")
         _require(self.write_temperature > 0, "write_temperature", f"must be > 0, got {self.write_temperature}")
         _require(self.read_temperature > 0, "read_temperature", f"must be > 0, got {self.read_temperature}")
-        _require(self.similarity in ("dot", "cosine"), "similarity", f"must be 'dot' or 'cosine', got {self.similarity!r}")
+        _require(isinstance(self.shared_keys, bool), "shared_keys", f"must be a bool, got {self.shared_keys!r}")
+        _require(isinstance(self.include_current, bool), "include_current",
+                 f"must be a bool, got {self.include_current!r}")
+        _require(self.similarity in SIMILARITIES, "similarity", f"must be 'dot' or 'cosine', got {self.similarity!r}")
         _require(self.decay_parametrization in ("sigmoid", "exp_softplus"), "decay_parametrization",
                  f"must be 'sigmoid' or 'exp_softplus', got {self.decay_parametrization!r}")
         _require(self.init_half_life_min > 0, "init_half_life_min", f"must be > 0, got {self.init_half_life_min}")
@@ -138,8 +159,11 @@ class ProtoMixer(nn.Module):
         self.layer_idx = layer_idx
         d, P, R, Dv = config.hidden_size, config.proto_width, config.num_prototypes, config.value_width
         self.conv = ShortConv(d, config.conv_size) if layer_idx < config.conv_layers else None
-        self.write_proj = nn.Linear(d, P, bias=False)                   # W_w
-        self.read_proj = nn.Linear(d, P, bias=False)                    # W_r
+        if config.shared_keys:
+            self.key_proj = nn.Linear(d, P, bias=False)                 # W_k: one key for both gates
+        else:
+            self.write_proj = nn.Linear(d, P, bias=False)               # W_w
+            self.read_proj = nn.Linear(d, P, bias=False)                # W_r
         self.prototypes = nn.Parameter(torch.empty(R, P))              # p_k
         self.value_proj = nn.Linear(d, Dv, bias=False)                  # W_v
         self.out_proj = nn.Linear(Dv, d, bias=False)                    # W_o
@@ -170,23 +194,19 @@ class ProtoMixer(nn.Module):
 
     def gate(self, a: torch.Tensor, temperature: float, mask: set, clamp: dict) -> torch.Tensor:
         """a: (B, T, P) -> softmax over prototypes of sim(a, p_k) / temperature: (B, T, R)."""
-        if self.config.similarity == "cosine":
-            logits = F.normalize(a, dim=-1) @ F.normalize(self.prototypes, dim=-1).t()
-        else:
-            logits = a @ self.prototypes.t() / math.sqrt(a.shape[-1])   # (B, T, R)
-        logits = logits / temperature
-        if mask:
-            keep = torch.ones(logits.shape[-1], dtype=torch.bool, device=logits.device)
-            keep[sorted(mask)] = False
-            if not bool(keep.any()):
-                raise ValueError("all prototypes masked")
-            logits = logits.masked_fill(~keep, float("-inf"))
-        g = torch.softmax(logits, dim=-1)
-        if clamp:
-            g = g.clone()
-            for k, val in clamp.items():
-                g[..., k] = val
-        return g
+        return gate(gate_logits(a, self.prototypes, self.config.similarity), temperature, mask, clamp)
+
+    def gates(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: (B, T, d) (after the convolution) -> write gate w, read gate r: (B, T, R) each."""
+        cfg = self.config
+        if cfg.shared_keys:   # one similarity, two temperatures
+            logits = gate_logits(self.key_proj(x), self.prototypes, cfg.similarity)       # (B, T, R)
+            w = gate(logits, cfg.write_temperature, self.mask_write, self.clamp_write)
+            r = gate(logits, cfg.read_temperature, self.mask_read, self.clamp_read)
+            return w, r
+        w = self.gate(self.write_proj(x), cfg.write_temperature, self.mask_write, self.clamp_write)
+        r = self.gate(self.read_proj(x), cfg.read_temperature, self.mask_read, self.clamp_read)
+        return w, r
 
     # -- forward -----------------------------------------------------------------------------------
     def forward(self, x, layer_cache=None, output_gates: bool = False):
@@ -195,8 +215,7 @@ class ProtoMixer(nn.Module):
         B, T, d = x.shape
         if self.conv is not None:
             x = self.conv(x, layer_cache, key="conv")                  # (B, T, d)
-        w = self.gate(self.write_proj(x), cfg.write_temperature, self.mask_write, self.clamp_write)   # (B, T, R)
-        r = self.gate(self.read_proj(x), cfg.read_temperature, self.mask_read, self.clamp_read)      # (B, T, R)
+        w, r = self.gates(x)                                            # (B, T, R) each
         v = self.value_proj(x)                                          # (B, T, d_v)
         g = self.log_decay().to(x.dtype)                                # (R,)
         R = g.shape[0]
@@ -220,7 +239,7 @@ class ProtoMixer(nn.Module):
         form = "recurrent" if T == 1 else cfg.mixer_form
         if m_in is not None:
             n, nT = decay_cumsum(m_in, g, n0, form=form, chunk_size=cfg.chunk_size)   # (B, T, R), (B, R)
-            q = r / (n + cfg.norm_eps)                                  # (B, T, R)
+            q = read_query(r, n, cfg.norm_eps)                          # (B, T, R): r / (n + eps)
         else:
             q, nT = r, None
         o, ST = decay_linear_attn(q[:, :, None], k_in[:, :, None], v_in[:, :, None], g[None], S0,
@@ -240,7 +259,7 @@ class ProtoMixer(nn.Module):
                 S_incl = beta[None, :, None] * S_incl + w[:, -1, :, None] * v[:, -1, None, :]
                 if m is not None:
                     n_incl = beta * n_incl + m[:, -1]
-            channel = S_incl if n_incl is None else S_incl / (n_incl[..., None] + cfg.norm_eps)
+            channel = S_incl if n_incl is None else read_query(S_incl, n_incl[..., None], cfg.norm_eps)
             aux = {"write_gate": w, "read_gate": r, "state": S_incl, "normaliser": n_incl,
                    "channel": channel, "half_life": self.half_lives().detach(), "alpha": self.alpha.detach()}
         return y, aux
