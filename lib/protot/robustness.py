@@ -572,21 +572,29 @@ def _final(model, seqs, batch_size: int, device, gates: bool, *, at=None, read_o
     for idx in tqdm(_length_batches(seqs, batch_size), desc=desc, leave=False, disable=not progress):
         ids = torch.tensor([seqs[i] for i in idx], dtype=torch.long, device=device)
         captured: list[torch.Tensor] = []
-        handles = []
+        originals = []
         for l, mx in enumerate(mixers):
-            def hook(mod, inp, out, l=l):
+            # Wrap the mixer's gates: capture the final position's read projection (W_r x, or the
+            # shared W_k x) and, with an override, recompute only the READ gate there from it (with
+            # shared keys the write gate keeps the token's own projection).
+            def gates_fn(x, l=l, mx=mx, orig=mx.gates):
+                w, r = orig(x)
+                proj_layer = mx.key_proj if mx.config.shared_keys else mx.read_proj
+                proj = proj_layer(x[:, -1:])                                   # (B, 1, P)
                 if read_override is not None:
-                    out = out.clone()
-                    out[:, -1] = read_override[idx, l].to(out)
-                captured.append(out[:, -1].detach().float().cpu())
-                return out
-            handles.append(mx.read_proj.register_forward_hook(hook))
+                    proj = read_override[idx, l].to(proj).unsqueeze(1)
+                    r = r.clone()
+                    r[:, -1:] = mx.gate(proj, mx.config.read_temperature, mx.mask_read, mx.clamp_read)
+                captured.append(proj[:, 0].detach().float().cpu())
+                return w, r
+            originals.append(mx)
+            mx.gates = gates_fn
         kw = {"output_gates": True} if gates else {}
         try:
             out = model(ids, use_cache=False, logits_to_keep=1, output_hidden_states=at is not None, **kw)
         finally:
-            for h in handles:
-                h.remove()
+            for mx in originals:
+                del mx.gates   # back to the class's method
         put("logits", idx, out.logits[:, -1].float().cpu())
         rows = torch.arange(len(idx), device=ids.device)
         if at is not None:

@@ -185,10 +185,11 @@ def small_pairs():
     return pd.concat([pairs, same], ignore_index=True)
 
 
-@pytest.mark.parametrize("arch", ["protot", "llama"])
-def test_score_pairs(arch, tokenizer, small_pairs):
+@pytest.mark.parametrize("arch,overrides", [("protot", {}), ("protot", {"shared_keys": True}), ("llama", {})],
+                         ids=["protot", "protot-shared-keys", "llama"])
+def test_score_pairs(arch, overrides, tokenizer, small_pairs):
     torch.manual_seed(0)
-    model = build_model(arch, "tiny", len(tokenizer)).eval()
+    model = build_model(arch, "tiny", len(tokenizer), **overrides).eval()
     kw = dict(bos=tk.eos_id(), progress=False, restore_routing=arch == "protot")
     a = rb.score_pairs(model, tokenizer, small_pairs, batch_size=8, **kw)
     b = rb.score_pairs(model, tokenizer, small_pairs, batch_size=1, chunk=3, **kw)
@@ -209,6 +210,24 @@ def test_score_pairs(arch, tokenizer, small_pairs):
         assert "route_tv" not in a
         with pytest.raises(ValueError, match="ProtoT"):
             rb.score_pairs(model, tokenizer, small_pairs, restore_routing=True, progress=False)
+
+
+@pytest.mark.parametrize("shared_keys", [False, True])
+def test_read_override_changes_only_the_read_gate(tokenizer, shared_keys):
+    """Restoring routing overrides the final position's read gate from a given projection: with the
+    token's own projection nothing changes; with another one the read gate follows it while the
+    write gate (shared keys: the same projection) keeps the token's own."""
+    torch.manual_seed(2)
+    model = build_model("protot", "tiny", len(tokenizer), shared_keys=shared_keys).eval()
+    seqs = [list(range(5, 17)), list(range(40, 52))]
+    run = lambda **kw: rb._final(model, seqs, 8, "cpu", True, progress=False, **kw)
+    with torch.no_grad():
+        own = run()
+        same = run(read_override=own["proj"])
+        swapped = run(read_override=own["proj"].flip(0))
+    assert torch.allclose(same["logits"], own["logits"], atol=1e-6)
+    assert torch.allclose(swapped["read"], own["read"].flip(0), atol=1e-6)    # read gates follow the override
+    assert not torch.allclose(swapped["logits"], own["logits"], atol=1e-4)
 
 
 def test_after_edit_position_matches_a_direct_forward(tokenizer, small_pairs):
