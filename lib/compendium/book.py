@@ -6,7 +6,8 @@ a staging folder that this module fills:
     <stage>/index.md                     the README (the map of the compendium), notebook names linked
     <stage>/notebooks/<name>.ipynb       every notebook: its executed copy from the last run that
                                          completed it, else its source without outputs (the page says so)
-    <stage>/claims/<paper>.md            papers/<paper>/CLAIMS.md, one block per claim (fits the page width)
+    <stage>/claims/<paper>.md            papers/<paper>/CLAIMS.md, one block per claim (fits the page width),
+                                         and any claim of claims.yaml it does not list yet
     <stage>/figures/<paper>.md + PNGs    papers/<paper>/figures/ (the figures of the last published run)
 
 The Sphinx configuration (theme, offline MathJax, styles) is ``docs/book/conf.py``. Everything goes
@@ -291,11 +292,25 @@ def _toctree(caption: str, entries: list[str]) -> str:
     return "\n".join(["", "```{toctree}", f":caption: {caption}", ":hidden:", "", *entries, "```", ""])
 
 
-def _paper_title(paper: str) -> str:
+def _claims_yaml(paper: str) -> dict:
     import yaml
 
-    meta = yaml.safe_load((paths.papers_dir() / paper / "claims.yaml").read_text(encoding="utf-8")) or {}
-    return str((meta.get("paper") or {}).get("title") or paper)
+    return yaml.safe_load((paths.papers_dir() / paper / "claims.yaml").read_text(encoding="utf-8")) or {}
+
+
+def _paper_title(paper: str) -> str:
+    return str((_claims_yaml(paper).get("paper") or {}).get("title") or paper)
+
+
+def _missing_claims(page: str, paper: str) -> str:
+    """Blocks for the claims of claims.yaml that the page (a CLAIMS.md older than it) lacks."""
+    out = []
+    for claim in _claims_yaml(paper).get("claims") or []:
+        cid = str(claim.get("id", ""))
+        if cid and not re.search(rf"^## {re.escape(cid)}\s*$", page, re.M):
+            out += ["", f"## {cid}", "", str(claim.get("statement", "")).strip(), "",
+                    ":status: not in CLAIMS.md yet (`make claims` rebuilds it from `claims.yaml`)", ""]
+    return "\n".join(out)
 
 
 def _figures_page(paper: str, files: list[str], names: set[str]) -> str:
@@ -335,7 +350,9 @@ def stage(folder: Path) -> Staged:
         text = claims_md.read_text(encoding="utf-8") if claims_md.is_file() else (
             f"# Claims: {_paper_title(paper)}\n\nNo claims table yet: `make claims` builds it.\n")
         (folder / "claims").mkdir(exist_ok=True)
-        (folder / "claims" / f"{paper}.md").write_text(scrub(claims_page(text, names), pairs), encoding="utf-8")
+        page = claims_page(text, names)
+        page += _missing_claims(page, paper)
+        (folder / "claims" / f"{paper}.md").write_text(scrub(page, pairs), encoding="utf-8")
 
         src = paths.published_figures_dir(paper)
         files = sorted(p.name for p in src.glob("*") if p.suffix.lower() in (".png", ".svg", ".jpg", ".jpeg"))

@@ -1,0 +1,185 @@
+"""The offline book (``make book``), built from a small copy of the compendium and opened in Chromium.
+
+The copy holds the real README, claims and figures, three notebooks, and a run folder in which
+one notebook completed (with a figure, maths, a widget and a machine path among its outputs) and one
+failed.
+Every page must load from ``file://`` with no request leaving the machine and no console error;
+every image must load; maths must be typeset; every claim id must be on its paper's claims page;
+no page may contain a machine path. The same checks run on the main build when there is one.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from compendium.paths import repo_root
+
+pytestmark = pytest.mark.browser
+
+ROOT = repo_root()
+PAPERS = sorted(p.parent.name for p in (ROOT / "papers").glob("*/claims.yaml"))
+NOTEBOOKS = ["00_tour", "protot/06_women_ablation", "accpp/01_ioi"]
+RUN = "20990101T000000Z-cpu-s0"
+
+
+def _png() -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(2, 1.5))
+    ax.plot([0, 1, 2], [1, 0, 1])
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _executed_tour(fixture_root: Path) -> nbformat.NotebookNode:
+    """00_tour as if a run had executed it: text, a figure, LaTeX and a machine path in its outputs."""
+    import jupytext
+
+    nb = jupytext.read(ROOT / "notebooks" / "00_tour.py")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    code[0].outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                              text=f"loaded {fixture_root}/data/corpus.txt from {Path.home()}/x\n")]
+    code[1].outputs = [nbformat.v4.new_output("display_data", data={"image/png": _png(), "text/plain": "<Figure>"})]
+    code[2].outputs = [nbformat.v4.new_output("display_data", data={"text/latex": r"$\alpha + \beta^2$",
+                                                                    "text/plain": "alpha + beta^2"})]
+    # a progress bar drawn as a widget: offline, the page shows its text (no widget scripts from a CDN)
+    code[3].outputs = [nbformat.v4.new_output("display_data", data={
+        "application/vnd.jupyter.widget-view+json": {"model_id": "f00d", "version_major": 2, "version_minor": 0},
+        "text/plain": "tokens: 100%|##########| 3/3"})]
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {
+        "state": {}, "version_major": 2, "version_minor": 0}}
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nb
+
+
+@pytest.fixture(scope="module")
+def fixture_book(tmp_path_factory):
+    """Build the book of a small copy of the compendium; return (html folder, staging folder, root)."""
+    root = tmp_path_factory.mktemp("compendium")
+    for name in ("README.md", "pyproject.toml", "jupytext.toml"):
+        shutil.copy2(ROOT / name, root / name)
+    shutil.copytree(ROOT / "docs" / "book", root / "docs" / "book")
+    for paper in PAPERS:
+        dest = root / "papers" / paper
+        dest.mkdir(parents=True)
+        for name in ("claims.yaml", "CLAIMS.md"):
+            shutil.copy2(ROOT / "papers" / paper / name, dest / name)
+        shutil.copytree(ROOT / "papers" / paper / "figures", dest / "figures")
+    for name in NOTEBOOKS:
+        (root / "notebooks" / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / "notebooks" / f"{name}.py", root / "notebooks" / f"{name}.py")
+    # one run: the tour completed, the ablation notebook failed (its partial copy must not be shown)
+    run = root / "build" / "runs" / RUN
+    (run / "notebooks" / "protot").mkdir(parents=True)
+    (run / "params.json").write_text(json.dumps({"kind": "runner", "profile": "cpu", "seed": 0,
+                                                 "time_utc": "2099-01-01T00:00:00+00:00"}))
+    (run / "status.json").write_text(json.dumps({"notebooks": {
+        "00_tour": {"status": "completed"}, "protot/06_women_ablation": {"status": "failed"}}}))
+    nbformat.write(_executed_tour(root), run / "notebooks" / "00_tour.ipynb")
+    shutil.copy2(run / "notebooks" / "00_tour.ipynb", run / "notebooks" / "protot" / "06_women_ablation.ipynb")
+
+    env = {**os.environ, "COMPENDIUM_ROOT": str(root), "COMPENDIUM_OUTPUT": str(root / "build")}
+    proc = subprocess.run([sys.executable, "-m", "compendium.book", "--strict"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    html = root / "build" / "book" / "html"
+    assert (html / "index.html").is_file(), proc.stdout
+    return html, root / "build" / "book" / "src", root
+
+
+def _pages(html: Path) -> list[Path]:
+    return sorted(p for p in html.rglob("*.html") if not p.relative_to(html).parts[0].startswith("_"))
+
+
+def _wait_for_maths(page) -> int:
+    """Wait for MathJax to finish typesetting; return the number of typeset formulas."""
+    page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=30_000)
+    page.evaluate("() => MathJax.startup.promise")
+    assert page.locator("mjx-merror").count() == 0, "MathJax reported a formula error"
+    return page.locator("mjx-container").count()
+
+
+def check_book(html: Path, watched, forbidden: list[str]) -> None:
+    pages = _pages(html)
+    expected = {"index.html", *(f"claims/{p}.html" for p in PAPERS), *(f"figures/{p}.html" for p in PAPERS)}
+    assert expected <= {p.relative_to(html).as_posix() for p in pages}
+    claim_ids = {paper: [c["id"] for c in yaml.safe_load((ROOT / "papers" / paper / "claims.yaml").read_text())["claims"]]
+                 for paper in PAPERS}
+    w = watched("book")
+    for page_file in pages:
+        rel = page_file.relative_to(html).as_posix()
+        w.name = rel.replace("/", "_")
+        text = page_file.read_text(encoding="utf-8")
+        for path in forbidden:
+            assert path not in text, f"{rel} contains the machine path {path}"
+        w.page.goto(page_file.as_uri(), wait_until="load")
+        if w.page.locator("script[src*='mathjax']").count():
+            _wait_for_maths(w.page)
+        broken = w.page.evaluate(
+            "() => Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
+        assert broken == [], f"{rel}: images that did not load: {broken}"
+        kind, _, stem = rel.partition("/")
+        if kind == "claims":
+            overflow = w.page.evaluate("() => { const a = document.querySelector('.bd-article'); "
+                                       "return a.scrollWidth - a.clientWidth }")
+            assert overflow <= 1, f"{rel} is {overflow}px wider than the page's text column"
+            headings = {h.strip().rstrip("#").strip() for h in w.page.locator(".bd-article h2").all_inner_texts()}
+            missing = [i for i in claim_ids.get(stem.removesuffix(".html"), []) if i not in headings]
+            assert not missing, f"{rel} has no section for {missing}"
+        if kind == "figures":  # every published figure of the paper, each loaded (checked above)
+            published = sorted((ROOT / "papers" / stem.removesuffix(".html") / "figures").glob("*.png"))
+            assert published, f"no published figures in papers/ for {rel}"
+            shown = w.page.locator(".bd-article img").count()
+            assert shown == len(published), f"{rel} shows {shown} figures of {len(published)} published"
+        w.assert_clean()
+
+
+def test_fixture_book_pages_load_offline(fixture_book, watched):
+    html, _, root = fixture_book
+    check_book(html, watched, [str(root), str(ROOT), str(Path.home()) + "/"])
+
+
+def test_fixture_book_shows_the_completed_run_and_marks_sources(fixture_book, watched):
+    html, src, _ = fixture_book
+    tour = (html / "notebooks" / "00_tour.html").read_text(encoding="utf-8")
+    assert f"Executed in run" in tour and RUN in tour
+    assert "data/corpus.txt" in tour                          # the output, with the machine path made relative
+    assert "tokens: 100%" in tour                             # the widget's text fallback
+    for name in NOTEBOOKS[1:]:                                  # the failed run's copy is not shown
+        page = (html / "notebooks" / f"{name}.html").read_text(encoding="utf-8")
+        assert "No executed copy of this notebook was found" in page, name
+    assert "this page shows its source" not in tour
+
+    w = watched("tour-maths")
+    w.page.goto((html / "notebooks" / "00_tour.html").as_uri())
+    assert _wait_for_maths(w.page) >= 2                      # W_Q W_K^T in the text, alpha + beta^2 in an output
+    assert w.page.locator("mjx-container svg").count() >= 2  # SVG output: no web fonts needed from file://
+    figure = w.page.locator(".cell_output img")
+    assert figure.count() == 1 and figure.evaluate("i => i.naturalWidth") > 0
+    assert os.path.isfile(html / "_static" / "mathjax" / "tex-svg.js")
+    w.assert_clean()
+
+    index = (html / "index.html").read_text(encoding="utf-8")
+    assert 'href="notebooks/accpp/01_ioi.html"' in index   # the README's map links the notebooks
+
+
+def test_main_build_pages_load_offline(watched):
+    html = ROOT / "build" / "book" / "html"
+    if not (html / "index.html").is_file():
+        pytest.skip("no main build of the book (build/book/html): `make book` or `make all` makes it")
+    check_book(html, watched, [str(ROOT), str(Path.home()) + "/"])
