@@ -210,7 +210,10 @@ measurements = [
         tables={"01_ioi_circuits": table}, config=config,
         note=f"{len(ranks)} signal edges over {len(circuits)} IOI prompts of {MODEL}"),
     claims.Measurement(
-        claim="accpp/ioi-circuit-roles", values=dict(n_roles=n_roles, ioi_accuracy=float(metrics.accuracy)),
+        claim="accpp/ioi-circuit-roles",
+        values=dict(n_roles=n_roles, ioi_accuracy=float(metrics.accuracy),
+                    role_excess_per_prompt=float(pd.Series(per_prompt_roles).mean() - pd.Series(null_per_prompt).mean()),
+                    n_null_prompts=len(null_per_prompt)),
         evidence=dict(per_prompt_roles=per_prompt_roles, null_roles=null_roles, null_per_prompt=null_per_prompt,
                       roles={r: merged.get(r, []) for r in roles.ROLES},
                       null={r: null_merged.get(r, []) for r in roles.ROLES}),

@@ -215,7 +215,7 @@ ranks = [r for c in circuits for r in signal_ranks(c.graph)]
 assert len(circuits) >= min(8, N_TRACE), f"only {len(circuits)} prompts solved at the traced position"
 m = claims.Measurement(
     claim="accpp/greater-than-circuit",
-    values=dict(frac_year_head=frac_year, mlp_share=mlp_share, late_mlp_share=late_mlp_share,
+    values=dict(frac_year_head=frac_year, n_year_heads_selection=len(traced_heads), mlp_share=mlp_share, late_mlp_share=late_mlp_share,
                 knockout_p=knockout_p, prob_diff=float(behaviour["prob_diff"]), n_random=N_RANDOM),
     evidence=dict(year_heads_selection=[f"A{l}.{h}" for l, h in traced_heads],
                   knockout={name: dict(k=r["k"], drop=r["drop"], p=r["p"]) for name, r in ko["methods"].items()},

@@ -176,7 +176,7 @@ gap = {corr: ml.specificity_gap(sets["components"], null_sets_["components"], se
                                 n_boot=N_BOOT, seed=nb.seed) for corr in (False, True)}
 boot = ml.closest_pair_bootstrap(sets["components"], LANGS, pair=("es", "pt"), n_boot=N_BOOT, seed=nb.seed)
 print({("chance-corrected" if k else "plain"): {kk: round(vv, 3) for kk, vv in v.items()} for k, v in gap.items()})
-print(f"es-pt closest in {boot['frac_closest']:.2f} of {N_BOOT} bootstrap resamples; margin {boot['margin']:+.3f} "
+print(f"es-pt is the closest pair in {boot['frac_closest']:.2f} of {N_BOOT} bootstrap resamples; margin {boot['margin']:+.3f} "
       f"(95% CI {boot['margin_ci_low']:+.3f} to {boot['margin_ci_high']:+.3f})")
 specificity.round(3)
 
@@ -199,7 +199,8 @@ measurements = [
     claims.Measurement(
         claim="accpp/multilingual-component-reuse",
         values=dict(reuse_gap=similarity["components"] - similarity["signals"],
-                    frac_pairs_component_gt_signal=frac_comp_gt_sig, min_language_accuracy=min_acc),
+                    frac_pairs_component_gt_signal=frac_comp_gt_sig, min_language_accuracy=min_acc,
+                    specificity_gap_ci_low=gap[True]["ci_low"], n_parallel_prompts=N_TRACE),
         evidence=dict(similarity=similarity, within_language=within, specificity=spec_ev,
                       signal_minus_component_specificity={("corrected" if k else "plain"): v for k, v in gap.items()}),
         tables={"03_multilingual_specificity": specificity.reset_index(), "03_multilingual_pairs": pairs},
@@ -216,8 +217,8 @@ measurements = [
                       distances=dist["components"].round(4).to_dict(),
                       closest_by_signals="-".join(sorted(closest["signals"][:2]))),
         tables={"03_multilingual_distances": dist["components"].reset_index()}, config=config,
-        unit="es-pt closest (component Jaccard distance)",
-        note=(f"{MODEL}, {N_TRACE} parallel prompts per language; closest pair {pair}; es-pt closest in "
+        unit="closest language pair (component Jaccard distance)",
+        note=(f"{MODEL}, {N_TRACE} parallel prompts per language; closest pair {pair}; es-pt is the closest pair in "
               f"{boot['frac_closest']:.0%} of bootstrap resamples of the prompts")),
 ]
 verdicts, failed = [], []
