@@ -7,11 +7,16 @@ Public API (import the modules; nothing runs at import time):
 - ``accpp.arch.from_model(model)`` -> Arch (weights per family; UnsupportedArchitecture otherwise).
 - ``accpp.decompose``: ``collect`` (one nnsight pass), ``Decomposition`` (residual components),
   ``head_svds`` (per-head SVD of W_Q W_K^T, cached on disk per model).
-- ``accpp.signals``: ``FiringSolver.solve(Firing)`` (candidates, IG, greedy -> signal edges),
-  ``ig_direction``, ``greedy``, ``tau_for``, ``firing_exactness``.
-- ``accpp.trace``: ``Tracer(model, tok, name).trace(ids, correct, wrong)`` -> ``Circuit``
-  (networkx MultiDiGraph + metadata); ``correct``/``wrong`` are token ids or sets of them;
-  ``accpp.graph`` saves/loads JSON and summarises.
+- ``accpp.signals``: ``FiringSolver(dec, svd, variant).solve(Firing)`` (candidates, IG, greedy ->
+  signal edges), ``query_candidates``/``key_candidates``, ``ig_direction``, ``greedy_path``,
+  ``tau_for``, ``firing_exactness``.
+- ``accpp.trace``: ``Tracer(model, tok, name, TraceConfig(...)).trace(ids, correct, wrong)`` ->
+  ``Circuit`` (networkx MultiDiGraph + metadata); ``correct``/``wrong`` are token ids or sets of
+  them. ``TraceConfig.variant``: "authors" (default, reproduces the authors' tracer) or
+  "per-position" (key-side signals at their exact key positions); ``threads`` (default 1);
+  ``max_memory_gb`` (prompts estimated not to fit are refused). Method and sources:
+  docs/accpp_method.md.
+- ``accpp.graph``: ``Circuit``, JSON save/load, summaries, ``graph_diff``, node/edge Jaccard.
 - ``accpp.acc.acc_trace``: the ACC baseline (70% of the linear score, no IG/greedy).
 - ``accpp.datasets``: IOI prompts (mixed / balanced sets, single-token names) and metrics.
 - ``accpp.roles``: IOI roles of a circuit's firings; the published GPT-2 circuit by role.
@@ -27,3 +32,5 @@ Public API (import the modules; nothing runs at import time):
 - ``accpp.figures``: layered circuit drawing, signal-rank histogram.
 - ``accpp.testing``: tiny random float64 models of every supported family.
 """
+
+import compendium.offline  # noqa: E402,F401  sets HF_HUB_OFFLINE=1 etc. unless the user set them

@@ -24,9 +24,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["UnsupportedArchitecture", "NormSpec", "LayerWeights", "Arch", "from_model", "SUPPORTED"]
+__all__ = ["UnsupportedArchitecture", "NormSpec", "LayerWeights", "Arch", "from_model", "get_path", "SUPPORTED"]
 
 SUPPORTED = ("gpt2", "gpt_neox", "llama", "gemma2", "gemma3_text")
+
+
+def get_path(obj, dotted: str):
+    """The attribute at a dotted path, e.g. ``get_path(model, arch.layers_path)`` -> the block list
+    (works on Hugging Face modules and on their nnsight wrappers alike)."""
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 class UnsupportedArchitecture(ValueError):

@@ -7,7 +7,10 @@ that are ONE token (with the leading space) for the tokenizer in use. A name giv
 that is not one token raises :class:`MultiTokenName` (never a silently wrong answer token).
 
 A prompt is the template up to (not including) the final [A]; the answer is " A" (the indirect
-object, IO), the distractor " B" (the subject, S).
+object, IO), the distractor " B" (the subject, S). Positions (IO, S1, S2, S1+1, END) are read from
+where the names fall in the text, so templates may begin with a name (a sentence-initial name has
+no leading space and may be another token; only the final answer must be one token with its
+space). IO must differ from S.
 """
 from __future__ import annotations
 
@@ -51,14 +54,18 @@ def name_token(tokenizer, name: str) -> int:
     return ids[0]
 
 
-def single_token_names(tokenizer, names: list[str] | None = None) -> list[str]:
+def single_token_names(tokenizer, names: list[str] | None = None, sentence_initial: bool = False) -> list[str]:
+    """The names that are one token with a leading space (and, with ``sentence_initial``, also
+    without one, as at the start of a prompt)."""
     out = []
     for n in names if names is not None else load_names():
         try:
             name_token(tokenizer, n)
-            out.append(n)
         except MultiTokenName:
-            pass
+            continue
+        if sentence_initial and len(tokenizer(n, add_special_tokens=False).input_ids) != 1:
+            continue
+        out.append(n)
     return out
 
 
@@ -84,25 +91,86 @@ def _abba(baba: str) -> str:
     return baba[:i] + "[A]" + baba[i + 3:j] + "[B]" + baba[j + 3:]
 
 
+def _name_spans(t: str, io: str, s: str) -> tuple[str, list[tuple[str, int, int]]]:
+    """Fill [A]/[B] in ``t`` (other placeholders already filled); return the text and, in order of
+    appearance, (role letter, start, end) character spans of the names."""
+    text, spans, i = "", [], 0
+    while True:
+        hits = [(t.find(tag, i), tag) for tag in ("[A]", "[B]") if t.find(tag, i) >= 0]
+        if not hits:
+            return text + t[i:], spans
+        j, tag = min(hits)
+        text += t[i:j]
+        name = io if tag == "[A]" else s
+        spans.append((tag[1], len(text), len(text) + len(name)))
+        text += name
+        i = j + 3
+
+
+def _token_at(offsets, start: int, end: int, text: str) -> int | None:
+    """Index of the token whose characters are exactly the name at [start, end) (a leading space
+    included in the token is allowed); None if the name is not one token there."""
+    for i, (a, b) in enumerate(offsets):
+        if b == end and (a == start or (a == start - 1 and text[a].isspace())):
+            return i
+    return None
+
+
 def make_prompt(tokenizer, template: int, order: str, io: str, s: str, place: str, obj: str,
                 templates: dict | None = None) -> IOIPrompt:
+    """One IOI prompt: the template up to the final [A], with IO = ``io`` and S = ``s``.
+
+    Positions (IO, S1, S2, S1+1, END) come from where the names fall in the text (character
+    offsets), so a template may begin with a name (a sentence-initial name has no leading space and
+    may be a different token, e.g. "John" vs " John"; the roles still come from positions). Only the
+    final answer " IO" must be one token with its leading space (it is the metric's token). A
+    name that is not exactly one token where it stands raises :class:`MultiTokenName` naming the
+    name, its place in the prompt and the pieces it became.
+    """
     templates = templates or load_templates()
     t = templates["ioi_baba_templates"][template]
+    if io == s:
+        raise ValueError(f"IO and S are the same name ({io!r}): IOI needs two different names")
     if order == "ABBA":
         t = _abba(t)
     elif order != "BABA":
         raise ValueError("order must be 'ABBA' or 'BABA'")
-    if not t.endswith("[A]"):
-        raise ValueError(f"template {template} does not end with the indirect object")
-    text = t[: -len(" [A]")].replace("[A]", io).replace("[B]", s).replace("[PLACE]", place).replace("[OBJECT]", obj)
-    io_id, s_id = name_token(tokenizer, io), name_token(tokenizer, s)
-    ids = tokenizer(text).input_ids
-    io_pos = [i for i, x in enumerate(ids) if x == io_id]
-    s_pos = [i for i, x in enumerate(ids) if x == s_id]
-    if len(io_pos) != 1 or len(s_pos) != 2:
-        raise MultiTokenName(f"names not found as single tokens in the tokenised prompt {text!r}")
-    pos = {"IO": io_pos[0], "S1": s_pos[0], "S2": s_pos[1], "S1+1": s_pos[0] + 1, "END": len(ids) - 1}
+    if not t.endswith(" [A]"):
+        raise ValueError(f"template {template} does not end with ' [A]' (the indirect object as the answer)")
+    if t.count("[A]") != 2 or t.count("[B]") != 2:
+        raise ValueError(f"template {template} must name IO twice ([A]) and S twice ([B]), once of each before "
+                         f"the other: {t!r}")
+    body = t[: -len(" [A]")].replace("[PLACE]", place).replace("[OBJECT]", obj)
+    text, spans = _name_spans(body, io, s)
+    io_id, s_id = name_token(tokenizer, io), name_token(tokenizer, s)  # answer and distractor tokens
+    try:
+        enc = tokenizer(text, return_offsets_mapping=True)
+    except (NotImplementedError, TypeError, ValueError) as err:
+        raise TypeError(f"IOI prompts need a fast tokenizer (character offsets); {type(tokenizer).__name__} "
+                        f"gives none: {err}") from err
+    ids, offsets = list(enc["input_ids"]), list(enc["offset_mapping"])
+    where: dict[str, list[int]] = {"A": [], "B": []}
+    for role, a, b in spans:
+        k = _token_at(offsets, a, b, text)
+        if k is None:
+            pieces = [tokenizer.convert_ids_to_tokens(ids[i]) for i, (x, y) in enumerate(offsets) if x < b and y > a]
+            name = io if role == "A" else s
+            first = a == 0 or not text[a - 1].isspace()
+            raise MultiTokenName(
+                f"name {name!r} at character {a} of the prompt {text!r} is {len(pieces)} tokens there {pieces}"
+                + (" (it has no leading space there, e.g. at the start of the sentence; the name is one token only "
+                   "with a leading space)" if first else "")
+                + "; choose names that are one token in every place the template puts them "
+                  "(single_token_names(tokenizer, names, sentence_initial=True))")
+        where[role].append(k)
+    pos = {"IO": where["A"][0], "S1": where["B"][0], "S2": where["B"][1], "S1+1": where["B"][0] + 1,
+           "END": len(ids) - 1}
     return IOIPrompt(text, io, s, order, template, io_id, s_id, tuple(ids), pos)
+
+
+def _name_first(templates: dict) -> bool:
+    """Whether some template begins with a name (then names must be one token without a space too)."""
+    return any(t.lstrip().startswith(("[A]", "[B]")) for t in templates["ioi_baba_templates"])
 
 
 def _sample(tokenizer, rng: random.Random, names, templates, template: int, order: str) -> IOIPrompt:
@@ -114,7 +182,7 @@ def _sample(tokenizer, rng: random.Random, names, templates, template: int, orde
 def ioi_mixed(tokenizer, n: int = 256, seed: int = 0, names: list[str] | None = None) -> list[IOIPrompt]:
     """n prompts, random template, random ABBA/BABA order, distinct single-token names."""
     templates = load_templates()
-    names = single_token_names(tokenizer, names)
+    names = single_token_names(tokenizer, names, sentence_initial=_name_first(templates))
     rng = random.Random(seed)
     k = len(templates["ioi_baba_templates"])
     return [_sample(tokenizer, rng, names, templates, rng.randrange(k), rng.choice(("ABBA", "BABA")))
@@ -125,7 +193,7 @@ def ioi_balanced(tokenizer, per_order: int = 100, seed: int = 0, names: list[str
                  templates_idx: list[int] | None = None) -> list[IOIPrompt]:
     """15 templates x (per_order ABBA + per_order BABA) prompts (the clustering set)."""
     templates = load_templates()
-    names = single_token_names(tokenizer, names)
+    names = single_token_names(tokenizer, names, sentence_initial=_name_first(templates))
     rng = random.Random(seed)
     idx = templates_idx if templates_idx is not None else range(len(templates["ioi_baba_templates"]))
     return [_sample(tokenizer, rng, names, templates, t, order)

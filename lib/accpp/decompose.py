@@ -1,6 +1,7 @@
 """One nnsight forward pass, then the residual stream split into components (float64).
 
-Components of the residual stream entering layer L at token t (paper Sec. 3; notes step 3):
+Components of the residual stream entering layer L at token t (paper Sec. 3; docs/accpp_method.md,
+step 3):
 
     x_t^(L) = emb_t + sum_{l<L} [ sum_h sum_s A^l_h[t,s] * vo^l_h[s] * pscale^l[t]  +  b_O^l  +  mlp^l_t ]
 
@@ -16,18 +17,13 @@ from dataclasses import dataclass
 
 import torch
 
-from accpp.arch import Arch
+from accpp.arch import Arch, get_path
 
-__all__ = ["Activations", "collect", "Decomposition", "HeadSVD", "head_svds", "rotation_matrices"]
+__all__ = ["Activations", "collect", "Decomposition", "HeadSVD", "head_svds", "rotation_matrices", "head_labels",
+           "visible", "KIND_NAMES"]
 
 KIND_EMB, KIND_HEAD, KIND_MLP, KIND_BIAS, KIND_OFFSET = 0, 1, 2, 3, 4
 KIND_NAMES = {KIND_EMB: "emb", KIND_HEAD: "head", KIND_MLP: "mlp", KIND_BIAS: "bias", KIND_OFFSET: "offset"}
-
-
-def _get(obj, dotted: str):
-    for part in dotted.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 @dataclass
@@ -40,19 +36,25 @@ class Activations:
     attn_contrib: torch.Tensor  # (L, T, d) the attention block's addition to the residual
     mlp: torch.Tensor  # (L, T, d) the MLP block's addition to the residual
     rotary: list  # per layer: (cos, sin) each (T, rotary_dims), or None
-    logits: torch.Tensor  # (V,) logits at the last position
+    logits: torch.Tensor  # (V,) logits at the traced position (the last one by default)
 
 
-def collect(model, arch: Arch, input_ids: torch.Tensor, nn_model=None) -> Activations:
-    """Run the prompt once through nnsight and keep what the decomposition needs."""
+def collect(model, arch: Arch, input_ids: torch.Tensor, nn_model=None, position: int = -1) -> Activations:
+    """Run the prompt once through nnsight and keep what the decomposition needs.
+
+    Only the logits at ``position`` are computed (``logits_to_keep``; the unembedding of every
+    position would cost more than the rest of a small model's forward pass).
+    """
     from nnsight import NNsight
 
     nn_model = nn_model if nn_model is not None else NNsight(model)
     if input_ids.dim() == 1:
         input_ids = input_ids[None]
-    layers = _get(nn_model, arch.layers_path)
+    T = input_ids.shape[1]
+    keep = T - position % T  # logits for positions >= position; ours is the first of them
+    layers = get_path(nn_model, arch.layers_path)
     saved: list = []
-    with torch.no_grad(), nn_model.trace(input_ids):
+    with torch.no_grad(), nn_model.trace(input_ids, logits_to_keep=keep):
         for layer in layers:
             x = layer.input.save()
             pe = layer.inputs[1].get("position_embeddings").save() if arch.has_rotary else None
@@ -61,8 +63,8 @@ def collect(model, arch: Arch, input_ids: torch.Tensor, nn_model=None) -> Activa
             contrib = getattr(layer, arch.attn_contrib_name).output.save() if arch.attn_contrib_name else None
             mlp = getattr(layer, arch.mlp_contrib_name).output.save()
             saved.append((x, pe, a_out, contrib, mlp))
-        final = _get(nn_model, arch.final_norm_path).input.save()
-        logits = nn_model.output.logits[0, -1].save()
+        final = get_path(nn_model, arch.final_norm_path).input.save()
+        logits = nn_model.output.logits[0, 0].save()
     f = lambda t: t.detach().to(torch.float64)[0]  # noqa: E731
     resid = torch.stack([f(s[0]) for s in saved] + [f(final)])
     attn = torch.stack([f(s[2][1]) for s in saved])
@@ -147,10 +149,10 @@ def head_svds(arch: Arch, cache_name: str | None = None) -> HeadSVD:
         torch.set_num_threads(threads)
     out = HeadSVD(ut, s, vt)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        torch.save({"Ut": out.Ut, "S": out.S, "Vt": out.Vt}, tmp)
-        tmp.replace(path)
+        from compendium.atomic import atomic_path
+
+        with atomic_path(path) as tmp:
+            torch.save({"Ut": out.Ut, "S": out.S, "Vt": out.Vt}, tmp)
     return out
 
 
@@ -194,6 +196,31 @@ class Decomposition:
         self.sigma = torch.stack([lw.ln_in.scale(acts.resid[l]) for l, lw in enumerate(arch.layers)])  # (L, T)
         self._rho_q, self._rho_k = {}, {}
 
+    # -- rotary, elementwise ----------------------------------------------------------------
+    def rotation_factors(self, L: int, t: torch.Tensor):
+        """(cos_x, sin_x), each (k, dh), with rot_t(v) = v * cos_x + rotate_half_x(v) * sin_x at the
+        positions t (k,): cos/sin on the rotary dims, 1/0 on the others (None without rotary)."""
+        if self.rot[L] is None:
+            return None
+        cos, sin = self.acts.rotary[L]
+        dh, rd = self.arch.d_head, cos.shape[-1]
+        ones = torch.ones(t.numel(), dh - rd, dtype=cos.dtype)
+        return torch.cat((cos[t], ones), -1), torch.cat((sin[t], 0 * ones), -1)
+
+    def rotate_half_x(self, L: int, v: torch.Tensor) -> torch.Tensor:
+        """rotate_half on the rotary dims of v (..., dh), zero on the others."""
+        rd = self.acts.rotary[L][0].shape[-1]
+        half = rd // 2
+        zeros = torch.zeros(*v.shape[:-1], v.shape[-1] - rd, dtype=v.dtype)
+        return torch.cat((-v[..., half:rd], v[..., :half], zeros), -1)
+
+    def rotate(self, L: int, v: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """rot_t(v) = v R_t (as ``self.rot[L][t]``) for v (..., k, dh) at positions t (k,), elementwise."""
+        f = self.rotation_factors(L, t)
+        if f is None:
+            return v
+        return v * f[0] + self.rotate_half_x(L, v) * f[1]
+
     # -- residual components ----------------------------------------------------------------
     def head_weights(self, L: int, t: int) -> torch.Tensor:
         """Coefficients of vo[l,h,s] in the residual entering layer L at token t: (L, H, T)."""
@@ -205,7 +232,7 @@ class Decomposition:
         w = self.head_weights(L, t)[:, :, : t + 1]  # (L, H, t+1)
         heads = (w[..., None] * self.vo[:L, :, : t + 1]).reshape(-1, self.emb.shape[1])
         vecs = [self.emb[t][None], heads, self.mlp[:L, t]]
-        labels = [torch.tensor([[KIND_EMB, -1, -1, t]]), _head_labels(L, H, t + 1),
+        labels = [torch.tensor([[KIND_EMB, -1, -1, t]]), head_labels(L, H, t + 1),
                   torch.stack([torch.full((L,), KIND_MLP), torch.arange(L), torch.full((L,), -1),
                                torch.full((L,), t)], 1)]
         if self.has_bias:
@@ -240,7 +267,9 @@ class Decomposition:
         return norm.scale(raw)
 
 
-def _head_labels(L: int, H: int, S: int) -> torch.Tensor:
+def head_labels(L: int, H: int, S: int) -> torch.Tensor:
+    """Labels [KIND_HEAD, layer, head, source] of the head components of layers < L, sources < S,
+    in (layer, head, source) order: (L*H*S, 4)."""
     l, h, s = torch.meshgrid(torch.arange(L), torch.arange(H), torch.arange(S), indexing="ij")
     return torch.stack([torch.full_like(l, KIND_HEAD), l, h, s], -1).reshape(-1, 4)
 

@@ -26,7 +26,7 @@ def circuit_exactness(tracer: Tracer, prompt: IOIPrompt, circuit: Circuit, max_f
     for _, d in circuit.graph.nodes(data=True):
         if d["kind"] == "head" and d.get("traced") and worst["firings"] < max_firings:
             err = firing_exactness(solver, Firing(d["layer"], d["head"], d["dest"], d["src"]))
-            worst = {k: max(worst[k], err[k]) for k in err} | {"firings": worst["firings"] + 1}
+            worst = {k: max(worst.get(k, 0.0), err[k]) for k in err} | {"firings": worst["firings"] + 1}
     return worst
 
 

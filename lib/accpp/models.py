@@ -91,18 +91,15 @@ def _convert(name: str, folder: Path) -> None:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    tmp = folder.with_name(folder.name + ".tmp")
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    if folder.exists():
-        import shutil
+    from compendium.atomic import atomic_dir
 
-        shutil.rmtree(folder)
-    tmp.rename(folder)
+    with atomic_dir(folder) as tmp:  # a reader never sees a half-written model folder
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
 
 
-def load_model(name: str, dtype: torch.dtype = torch.float32):
-    """Return ``(model, tokenizer)`` with eager attention (needed for the attention weights).
+def load_model(name: str, dtype: torch.dtype = torch.float32, device: str = "cpu"):
+    """Return ``(model, tokenizer)`` with eager attention (needed for the attention weights), on ``device``.
 
     ``name`` is one of :data:`OFFLINE_MODELS` or a Hugging Face Hub id.
     """
@@ -125,5 +122,5 @@ def load_model(name: str, dtype: torch.dtype = torch.float32):
         raise ModelNotInstalled(
             f"cannot load {name!r} from the Hugging Face Hub cache ({err}). Offline models: "
             f"{', '.join(OFFLINE_MODELS)}; Hub models must already be in the local Hub cache.") from err
-    model.eval()
+    model.to(device).eval()
     return model, tok

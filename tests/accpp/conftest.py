@@ -33,3 +33,10 @@ def tiny(request, exact):
     arch = from_model(model)
     dec = Decomposition(arch, collect(model, arch, random_prompt(11)))
     return request.param, model, arch, dec, FiringSolver(dec, head_svds(arch))
+
+
+def pytest_addoption(parser):
+    """``--regen-golden``: rewrite tests/accpp/golden/*.json from the current tracer (on request
+    only: ``pytest tests/accpp/test_golden.py --regen-golden``)."""
+    parser.addoption("--regen-golden", action="store_true", default=False,
+                     help="regenerate the ACC++ golden circuits instead of comparing with them")

@@ -68,3 +68,41 @@ def test_metrics_on_a_stub_model(tok):
     # each prompt's S is another prompt's IO sometimes; logit diff is 2 unless S also got 2
     assert all(x in (0.0, 2.0) for x in m.logit_diff.tolist())
     assert 0 < float(m.p_io.min()) and float(m.p_io.max()) < 1
+
+
+NAME_FIRST = {"ioi_baba_templates": ["[B] and [A] went to the [PLACE]. [B] gave a [OBJECT] to [A]"]}
+
+
+def test_template_beginning_with_a_name(tok):
+    """A sentence-initial name has no leading space (another token); roles come from positions."""
+    p = make_prompt(tok, 0, "BABA", "Mary", "John", "store", "drink", templates=NAME_FIRST)
+    assert p.text == "John and Mary went to the store. John gave a drink to"
+    ids = p.input_ids
+    assert p.pos["S1"] == 0 and tok.decode([ids[0]]) == "John" and ids[0] != p.s_id  # no leading space
+    assert ids[p.pos["S2"]] == p.s_id and ids[p.pos["IO"]] == p.io_id and p.pos["S1+1"] == 1
+    assert p.pos["S1"] < p.pos["IO"] < p.pos["S2"] < p.pos["END"] == len(ids) - 1
+    abba = make_prompt(tok, 0, "ABBA", "Mary", "John", "store", "drink", templates=NAME_FIRST)
+    assert abba.text.startswith("Mary and John") and abba.pos["IO"] == 0 and abba.pos["S1"] == 2
+
+
+def test_standard_templates_keep_their_positions(tok):
+    """Offsets-based positions agree with a token-id search on the standard templates."""
+    for p in ioi_balanced(tok, per_order=1):
+        ids = p.input_ids
+        assert [i for i, x in enumerate(ids) if x == p.io_id] == [p.pos["IO"]]
+        assert [i for i, x in enumerate(ids) if x == p.s_id] == [p.pos["S1"], p.pos["S2"]]
+
+
+def test_name_not_placeable_says_why(tok):
+    names = single_token_names(tok)
+    split = next(n for n in names if len(tok(n).input_ids) > 1)  # one token only with a leading space
+    assert split not in single_token_names(tok, names, sentence_initial=True)
+    with pytest.raises(MultiTokenName, match=rf"name '{split}' at character 0 .*no leading space"):
+        make_prompt(tok, 0, "BABA", "Mary", split, "store", "drink", templates=NAME_FIRST)
+    # the same name is fine where it follows a space
+    make_prompt(tok, 0, "BABA", "Mary", split, "store", "drink")
+
+
+def test_io_equal_to_s_is_refused(tok):
+    with pytest.raises(ValueError, match="IO and S are the same name"):
+        make_prompt(tok, 0, "BABA", "Mary", "Mary", "store", "drink")

@@ -9,7 +9,12 @@ from accpp import models
 
 def test_missing_model_says_how_to_install(monkeypatch, tmp_path):
     monkeypatch.setenv("COMPENDIUM_CACHE", str(tmp_path))
-    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    # hide only the offline models' packages (hiding every package would also hide tokenizers
+    # from transformers, which caches what it finds)
+    hidden = {spec.package for spec in models.OFFLINE_MODELS.values()}
+    real = models.importlib.util.find_spec
+    monkeypatch.setattr(models.importlib.util, "find_spec",
+                        lambda name, *a, **k: None if name in hidden else real(name, *a, **k))
     for name, spec in models.OFFLINE_MODELS.items():
         with pytest.raises(models.ModelNotInstalled, match=spec.install.replace("==", "==").replace(".", r"\.")):
             models.load_model(name)

@@ -1,0 +1,259 @@
+"""Gendered pronouns: prompts (GPT-2 tokenizer from data/, and the offline models' tokenizers), the metric
+on a stub model, tracing on a tiny model, and the name-path quantity on hand-built graphs."""
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+import pytest
+import torch
+
+from accpp import pronouns as pr
+from accpp.datasets import MultiTokenName
+from accpp.trace import Circuit
+
+
+@pytest.fixture(scope="module")
+def gpt2_tok():
+    from transformers import PreTrainedTokenizerFast
+
+    from compendium import paths
+
+    return PreTrainedTokenizerFast(tokenizer_file=str(paths.data_dir() / "tokenizers" / "gpt2_tokenizer.json"))
+
+
+def _offline_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    from accpp import models
+
+    folder = models.cached_folder(name)
+    if not (folder / "config.json").exists():
+        models.load_model(name)  # converts the offline model once
+    return AutoTokenizer.from_pretrained(str(folder))
+
+
+# ------------------------------------------------------------------ prompts
+
+def test_prompt_text_positions_and_answers(gpt2_tok):
+    p = pr.make_prompt(gpt2_tok, 1, "James", "male")
+    assert p.text == "So James is such a hard worker, isn't"
+    assert gpt2_tok.decode([p.input_ids[p.pos["name"]]]) == " James"
+    assert p.pos["end"] == len(p.input_ids) - 1 and gpt2_tok.decode([p.input_ids[-1]]) == "'t"
+    assert gpt2_tok.decode([p.correct_id]) == " he" and gpt2_tok.decode([p.wrong_id]) == " she"
+    q = pr.make_prompt(gpt2_tok, 1, "Emma", "female")
+    assert (q.correct_id, q.wrong_id) == (p.wrong_id, p.correct_id)
+
+
+def test_full_grid_is_balanced_and_shares_one_layout(gpt2_tok):
+    prompts = pr.pronoun_prompts(gpt2_tok)
+    n_m = len(pr.usable_names(gpt2_tok, pr.MALE_NAMES))
+    n_f = len(pr.usable_names(gpt2_tok, pr.FEMALE_NAMES))
+    assert len(prompts) == len(pr.TEMPLATES) * (n_m + n_f)
+    assert sum(p.gender == "male" for p in prompts) == len(pr.TEMPLATES) * n_m
+    assert len({(len(p.input_ids), p.pos["name"]) for p in prompts}) == 1
+    assert len({p.text for p in prompts}) == len(prompts)
+
+
+def test_bad_inputs_are_refused_with_reasons(gpt2_tok):
+    with pytest.raises(ValueError, match="gender"):
+        pr.make_prompt(gpt2_tok, 0, "James", "boy")
+    with pytest.raises(ValueError, match="outside"):
+        pr.make_prompt(gpt2_tok, len(pr.TEMPLATES), "James", "male")
+    with pytest.raises(ValueError, match="exactly once"):
+        pr.make_prompt(gpt2_tok, 0, "James", "male", templates=("So {name} and {name}, isn't",))
+    with pytest.raises(ValueError, match="whitespace"):
+        pr.make_prompt(gpt2_tok, 0, "James", "male", templates=("So {name} is nice, isn't ",))
+    with pytest.raises(MultiTokenName, match="Xzqwvbn"):
+        pr.make_prompt(gpt2_tok, 0, "Xzqwvbn", "male")
+    with pytest.raises(ValueError, match="single tokens"):
+        pr.pronoun_prompts(gpt2_tok, male=("Xzqwvbn", "James"), min_names=2)
+
+
+def test_balanced_sample_is_seeded_and_balanced(gpt2_tok):
+    prompts = pr.pronoun_prompts(gpt2_tok)
+    a, b = pr.balanced_sample(prompts, 7, seed=3), pr.balanced_sample(prompts, 7, seed=3)
+    assert a == b and len(set(a)) == 7
+    assert sum(p.gender == "male" for p in a) == 4
+    assert len({p.template for p in a if p.gender == "male"}) == 4  # round-robin over templates
+    assert pr.balanced_sample(prompts, 7, seed=4) != a
+    with pytest.raises(ValueError, match="only"):
+        pr.balanced_sample(prompts, 2 * len(prompts), seed=0)
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("model_name", ["smollm2-135m", "gemma-3-270m"])
+def test_offline_tokenizers_take_every_name_and_pronoun(model_name):
+    tok = _offline_tokenizer(model_name)
+    assert pr.usable_names(tok, pr.MALE_NAMES) == list(pr.MALE_NAMES)
+    assert pr.usable_names(tok, pr.FEMALE_NAMES) == list(pr.FEMALE_NAMES)
+    prompts = pr.pronoun_prompts(tok)
+    assert len({(len(p.input_ids), p.pos["name"]) for p in prompts}) == 1  # one layout per tokenizer
+    for p in prompts[:: len(pr.TEMPLATES) + 1]:
+        assert tok.decode([p.input_ids[p.pos["name"]]]).strip() == p.name
+        assert tok.decode(p.input_ids, skip_special_tokens=True) == p.text
+    assert tok.decode([pr.pronoun_id(tok, "male")]) == " he" and tok.decode([pr.pronoun_id(tok, "female")]) == " she"
+
+
+# ------------------------------------------------------------------ metric
+
+class _StubLM(torch.nn.Module):
+    """Last-position logits read from a table keyed by the prompt's name token."""
+
+    def __init__(self, table: dict[int, dict[int, float]], vocab: int):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.table, self.vocab, self.name_pos = table, vocab, None
+
+    def forward(self, ids):
+        out = torch.zeros(ids.shape[0], ids.shape[1], self.vocab)
+        for b in range(ids.shape[0]):
+            for tok, v in self.table[int(ids[b, self.name_pos])].items():
+                out[b, -1, tok] = v
+        return type("Out", (), {"logits": out})()
+
+
+def test_metric_signs_and_accuracy(gpt2_tok):
+    ps = [pr.make_prompt(gpt2_tok, 0, "James", "male"), pr.make_prompt(gpt2_tok, 0, "Emma", "female"),
+          pr.make_prompt(gpt2_tok, 2, "Kate", "female")]
+    he, she = ps[0].correct_id, ps[0].wrong_id
+    ids = {p.name: p.input_ids[p.pos["name"]] for p in ps}
+    stub = _StubLM({ids["James"]: {he: 3.0, she: 1.0}, ids["Emma"]: {he: 0.5, she: 2.0},
+                    ids["Kate"]: {he: 4.0, she: 1.0}}, vocab=len(gpt2_tok))
+    stub.name_pos = ps[0].pos["name"]
+    m = pr.evaluate(stub, ps)
+    assert m.logit_diff.tolist() == [2.0, 1.5, -3.0]
+    assert m.accuracy == pytest.approx(2 / 3)
+    s = m.summary()
+    assert s["logit_diff_male"] == 2.0 and s["logit_diff_female"] == pytest.approx(-0.75)
+
+
+# ------------------------------------------------------------------ tracing on a tiny model
+
+class _TinyTok:
+    """Word-level tokenizer over the tiny models' 61-token vocabulary (ids by first appearance)."""
+
+    def __init__(self):
+        self.vocab: dict[str, int] = {}
+
+    def _id(self, piece):
+        if piece not in self.vocab:
+            assert len(self.vocab) < 61
+            self.vocab[piece] = len(self.vocab)
+        return self.vocab[piece]
+
+    def __call__(self, text, add_special_tokens=True, return_offsets_mapping=False):
+        import re
+
+        pieces = [(m.group(), m.start(), m.end()) for m in re.finditer(r" ?[^ ]+", text)]
+        from transformers import BatchEncoding
+
+        out = {"input_ids": [self._id(p) for p, _, _ in pieces]}
+        if return_offsets_mapping:
+            out["offset_mapping"] = [(a, b) for _, a, b in pieces]
+        return BatchEncoding(out)
+
+    def convert_ids_to_tokens(self, i):
+        return {v: k for k, v in self.vocab.items()}[i]
+
+    def decode(self, ids):
+        inv = {v: k for k, v in self.vocab.items()}
+        return "".join(inv[int(i)] for i in ids)
+
+
+def test_trace_on_a_tiny_model_records_the_prompt(exact):
+    from accpp.testing import tiny_model
+    from accpp.trace import Tracer
+
+    tok = _TinyTok()
+    model = tiny_model("llama")
+    tracer = Tracer(model, tok)
+    p = pr.make_prompt(tok, 0, "James", "male")
+    ld = float(pr.evaluate(model, [p]).logit_diff[0])
+    if ld < 0:  # the random model prefers " she": trace the prompt whose answer it prefers
+        p = pr.make_prompt(tok, 0, "James", "female")
+    c = pr.trace_pronoun(tracer, p)
+    assert c.logit_diff == pytest.approx(abs(ld), rel=1e-9)
+    assert c.meta["pos"] == p.pos and c.meta["name"] == "James" and c.meta["text"] == p.text
+    seeds = pr.head_seeds(c.graph)
+    assert seeds and sum(a for _, a in seeds if a > 0) > 0
+    res = pr.name_paths([c])
+    assert res["n_circuits"] == 1 and res["name_position"] == p.pos["name"] == 1
+    assert 0 <= res["direct_name_share"] <= res["name_path_share"] <= 1
+    assert set(res["position_shares"]) == set(range(2, len(p.input_ids) - 1))
+
+
+# ------------------------------------------------------------------ name paths on hand-built graphs
+
+def _head(g, layer, head, dest, src):
+    nid = f"A{layer}.{head}@{dest}<{src}"
+    g.add_node(nid, kind="head", layer=layer, head=head, dest=dest, src=src)
+    return nid
+
+
+def _circuit(seeds, upstream, T=6, name=1):
+    """seeds: [(layer, head, src, attribution)]; upstream: [((layer, head, dest, src), seed index)]."""
+    g = nx.MultiDiGraph()
+    g.add_node(f"LOGITS@{T - 1}", kind="logits", layer=9, head=-1, dest=T - 1, src=-1)
+    ids = []
+    for layer, head, src, a in seeds:
+        u = _head(g, layer, head, T - 1, src)
+        g.add_edge(u, f"LOGITS@{T - 1}", side="seed", attribution=a)
+        ids.append(u)
+    g.add_node(f"M3@{T - 1}", kind="mlp", layer=3, head=-1, dest=T - 1, src=-1)
+    g.add_edge(f"M3@{T - 1}", f"LOGITS@{T - 1}", side="seed", attribution=5.0)  # not a head: ignored
+    for (layer, head, dest, src), k in upstream:
+        g.add_edge(_head(g, layer, head, dest, src), ids[k], side="s", attribution=0.1)
+    return Circuit(g, [f"t{i}" for i in range(T)], 1.0, 0.0, 0, {"pos": {"name": name, "end": T - 1}})
+
+
+def test_name_paths_by_hand():
+    # seed 0 reads token 2, which an upstream head filled from the name (1): reaches 2 and 1
+    # seed 1 reads the name directly; seed 2 reads token 3 only; seed 3 is negative (ignored)
+    c = _circuit([(5, 0, 2, 2.0), (5, 1, 1, 1.0), (4, 0, 3, 1.0), (4, 1, 1, -3.0)], [((2, 0, 2, 1), 0)])
+    r = pr.name_paths([c])
+    assert r["name_path_share"] == pytest.approx(3 / 4)
+    assert r["direct_name_share"] == pytest.approx(1 / 4)
+    assert r["position_shares"] == pytest.approx({2: 2 / 4, 3: 1 / 4, 4: 0.0})
+    assert r["name_path_margin"] == pytest.approx(3 / 4 - 2 / 4)
+    assert r["n_circuits"] == 1
+
+
+def test_name_paths_pool_by_attribution_and_skip_empty_circuits():
+    a = _circuit([(5, 0, 1, 3.0)], [])
+    b = _circuit([(5, 0, 3, 1.0)], [])
+    empty = _circuit([(5, 0, 1, -1.0)], [])
+    r = pr.name_paths([a, b, empty])
+    assert r["name_path_share"] == pytest.approx(3 / 4) and r["n_circuits"] == 2
+    assert r["name_path_margin"] == pytest.approx(3 / 4 - 1 / 4)
+    assert math.isnan(pr.name_paths([empty])["name_path_share"])
+
+
+def test_name_paths_refuse_mixed_layouts():
+    with pytest.raises(ValueError, match="layouts"):
+        pr.name_paths([_circuit([(5, 0, 1, 1.0)], []), _circuit([(5, 0, 1, 1.0)], [], T=7)])
+
+
+# ------------------------------------------------------------------ measurements
+
+def test_measurements_take_the_worst_model(gpt2_tok):
+    import pandas as pd
+
+    m1 = pr.PronounMetrics(torch.tensor([2.0, 1.0, -1.0, 3.0], dtype=torch.float64), torch.tensor([1, 1, 0, 0]).bool())
+    m2 = pr.PronounMetrics(torch.tensor([1.0, 1.0], dtype=torch.float64), torch.tensor([1, 0]).bool())
+    b = pr.measure_behaviour({"a": m1, "b": m2})
+    assert b.values["logit_diff"] == pytest.approx(1.0) and b.values["accuracy"] == pytest.approx(0.75)
+    rows = lambda ratios, trunc=False: pd.DataFrame([dict(ratio=r, accpp_nodes=10, acc_nodes=10 * r,
+                                                          acc_truncated=trunc) for r in ratios])
+    s = pr.measure_size_ratio({"a": rows([3.0, 5.0]), "b": rows([20.0, 20.0, 20.0], trunc=True)}, accuracy=0.9)
+    assert s.values["size_ratio"] == pytest.approx(68 / 5)
+    assert (s.values["size_ratio_min_model"], s.values["size_ratio_max_model"]) == (4.0, 20.0)
+    assert s.values["n_compared_min_model"] == 2 and s.values["acc_truncated"] is True
+    assert s.evidence["direction"] == "above"
+    with pytest.raises(ValueError, match="no compared"):
+        pr.measure_size_ratio({"a": rows([])}, accuracy=1.0)
+    p1 = pr.name_paths([_circuit([(5, 0, 1, 3.0)], [])])
+    p2 = pr.name_paths([_circuit([(5, 0, 1, 1.0), (5, 1, 2, 3.0)], [])])
+    n = pr.measure_name_paths({"a": p1, "b": p2}, accuracy=1.0)
+    assert n.values["name_path_share"] == pytest.approx(0.25) and n.values["name_path_margin"] == pytest.approx(-0.5)
+    assert n.values["n_circuits_min_model"] == 1
