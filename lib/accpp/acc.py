@@ -1,5 +1,5 @@
 """ACC, the predecessor (Franco & Crovella, "Pinpointing Attention-Causal Communication in Language
-Models", arXiv 2410.00340), as the baseline for circuit size.
+Models", NeurIPS 2025; papers/accpp/citation.bib), as the baseline for circuit size.
 
     circuit = acc_trace(tracer, ids, correct, wrong)                      # the authors' ACC (default)
     circuit = acc_trace(tracer, ids, correct, wrong, config=ACCConfig.legacy())   # this project's first baseline
