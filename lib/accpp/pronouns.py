@@ -6,8 +6,9 @@ is the logit difference logit(correct pronoun) - logit(other pronoun) at the las
 prompt counts as solved when it is positive.
 
 Source. The ACC++ paper (Franco, Tassis, Rohr, Crovella, arXiv 2602.13483) takes the task from its
-predecessor ACC (Franco & Crovella, arXiv 2410.00340), whose code builds it in ``gp_dataset.py`` of
-github.com/gaabrielfranco/pinpointing-attention-causal-communication: five templates ("So {name} is
+predecessor ACC (Franco & Crovella, "Pinpointing Attention-Causal Communication in Language Models",
+NeurIPS 2025; papers/accpp/citation.bib), whose code builds it in ``gp_dataset.py`` of the authors'
+repository github.com/gaabrielfranco/pinpointing-attention-causal-communication: five templates ("So {name} is
 a really great friend, isn't", "... such a good cook ...", "... a very good athlete ...", "... a
 really nice person ...", "... such a funny person ..."), ten male and ten female names, all 100
 template x name prompts, answers " he" / " she". That file says it is modified from Mathwin and
