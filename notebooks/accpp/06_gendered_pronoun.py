@@ -1,7 +1,7 @@
 # %% [markdown]
 # # ACC++ 06: gendered-pronoun circuits
 #
-# **Claims (accpp, §4 and §5, gendered pronouns):** the paper's third task is gendered pronouns: after
+# **Claim (accpp, §4 and §5, gendered pronouns; three claims):** the paper's third task is gendered pronouns: after
 # "So {name} is a really great friend, isn't" the model should prefer " he" for a male name and " she"
 # for a female one. ACC++ traces a circuit per prompt, and its circuits are 2-10x smaller than those of
 # its predecessor ACC on the same prompts (the paper's statement over all its tasks). Three claims are
@@ -20,7 +20,9 @@
 # (`gp_dataset.py` in the authors' ACC repository) builds 5 templates x (10 male + 10 female names) with
 # answers " he" / " she", adapted from Mathwin and Corlouer's gendered-pronoun circuit study in GPT-2 small
 # (2023). Ours (`accpp.pronouns`): five templates of our own in the same shape, and our own 12 + 12 names,
-# kept where they are single tokens for the model in use (module docstring). At `cpu`: SmolLM2-135M, every
+# kept where they are single tokens for the model in use (module docstring).
+#
+# **Checked here:** at `cpu`: SmolLM2-135M, every
 # template x name for behaviour, 4 traced prompts (2 male, 2 female) compared with ACC. At `paper`: both
 # offline models (SmolLM2-135M, Gemma-3-270M), 40 traced prompts each, 16 of them compared with ACC.
 
@@ -182,6 +184,8 @@ measurements = [
                           tokens={m: r["tokens"] for m, r in results.items()}, config=config),
 ]
 verdicts, failed = [], []
+assert [m.claim for m in measurements] == ["accpp/pronoun-behaviour", "accpp/pronoun-smaller-than-acc",
+                                          "accpp/pronoun-name-paths"]
 for m in measurements:  # record every claim first; a failed asserted check stops the run afterwards
     try:
         verdicts.append(claims.conclude(m, profile=nb.profile, seed=nb.seed))

@@ -95,6 +95,7 @@ m = concepts.measure_concepts(
                for n in nulls],
     config={"model": lm.description, "blocks": N_BLOCKS, "context": CONTEXT, "null_seeds": NULL_SEEDS,
             "search_sample": list(SEARCH)}, seed=nb.seed)
+assert m.claim == "protot/concept-prototypes"
 coh = m.tables["concept_coherence"]
 table["coherence"] = coh[coh.model == "trained"]["coherence"].to_numpy()
 m.tables["concept_prototypes"] = table

@@ -1,6 +1,10 @@
 # %% [markdown]
 # # ProtoT 08: prototype circuits (the compendium's own question)
 #
+# **Claim (protot, the compendium's own, not the paper's: `women-write-circuit`):** the selected
+# " women" prototype's write decision on " women" is carried mostly by the token's own embedding
+# (the check, written before measuring, is in papers/protot/claims.yaml).
+#
 # Neither paper traces *why* a token writes into a prototype. In ProtoT this can be done exactly:
 # a gate logit of layer l is linear in the token's normalised residual stream, and that stream is
 # a sum of upstream parts (the embedding, every earlier mixer's output, every earlier MLP's output).
@@ -32,6 +36,9 @@
 # decomposition is exact on the measured tokens, and there are at least 20 occurrences.
 # An untrained ProtoT of the same configuration is measured the same way as a reference (evidence, not
 # part of the check).
+#
+# **Checked here:** at `cpu`, the committed 4 x 256 ProtoT (models/protot-cpu) on the offline
+# validation text; the decomposition itself is exact on any ProtoT (tested on tiny random models).
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
@@ -190,5 +197,6 @@ meas.note = (
     + ", ".join(f"{k} {x:.3f}" for k, x in ev["share_by_kind"]["word"].items())
     + f". Untrained ProtoT of the same config, same (layer, prototype): embedding share {ev['untrained']['embed_share']:.3f}, "
     f"write selectivity {ev['untrained']['write_selectivity']:.2f}. Model: {lm.description}.")
+assert meas.claim == "protot/women-write-circuit"
 verdict = claims.conclude(meas, profile=nb.profile, seed=nb.seed)
 verdict
