@@ -155,3 +155,25 @@ def layered_positions(g: nx.MultiDiGraph) -> dict:
         pos[n] = (x + 0.18 * slots[k], y)
         slots[k] += 1
     return pos
+
+
+#: Node kinds of a traced circuit graph.
+KINDS = ("head", "mlp", "emb", "bias", "offset", "logits")
+
+
+def component_name(d) -> str:
+    """Position-free name of a node's component: ``A5.3``, ``M12``, ``E``, ``B5``, ``O5.3``, ``LOGITS``."""
+    kind = d["kind"]
+    if kind == "head":
+        return f"A{d['layer']}.{d['head']}"
+    if kind == "mlp":
+        return f"M{d['layer']}"
+    if kind == "emb":
+        return "E"
+    if kind == "bias":
+        return f"B{d['layer']}"
+    if kind == "offset":
+        return f"O{d['layer']}.{d['head']}"
+    if kind == "logits":
+        return "LOGITS"
+    raise ValueError(f"unknown node kind {kind!r}; known: {', '.join(KINDS)}")

@@ -145,18 +145,10 @@ def null_sets(tokenizer, n: int, seed: int = 0, languages=LANGUAGES) -> dict[str
 # ---------------------------------------------------------------- circuit sets and distances
 
 def _label(d: dict) -> str:
-    kind = d["kind"]
-    if kind == "head":
-        return f"A{d['layer']}.{d['head']}"
-    if kind == "mlp":
-        return f"M{d['layer']}"
-    if kind == "emb":
-        return "E"
-    if kind == "bias":
-        return f"B{d['layer']}"
-    if kind == "offset":
-        return f"O{d['layer']}.{d['head']}"
-    return kind.upper()
+    """Position-free component name (accpp.graph.component_name)."""
+    from accpp.graph import component_name
+
+    return component_name(d)
 
 
 def component_set(g) -> frozenset:

@@ -57,7 +57,7 @@ __all__ = ["write_html", "render_html", "page_data", "show", "iframe_html", "edg
 
 ASSETS = Path(__file__).with_name("viewer_assets")
 DATA_ELEMENT_ID = "accpp-circuit-data"
-KINDS = ("head", "mlp", "emb", "bias", "offset", "logits")
+from accpp.graph import KINDS, component_name  # noqa: E402  (component_name is part of this module's API)
 SIDES = ("d", "s", "seed")
 # stacking order inside one layer's column: bias offset (feeds the head of the same layer), heads,
 # attention-output bias, MLP
@@ -68,22 +68,6 @@ _CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inlin
 
 
 # -- node and edge naming ------------------------------------------------------------------------
-def component_name(d: Mapping) -> str:
-    """Position-free name of a node's component: ``A5.3``, ``M12``, ``E``, ``B5``, ``O5.3``, ``LOGITS``."""
-    kind = d["kind"]
-    if kind == "head":
-        return f"A{d['layer']}.{d['head']}"
-    if kind == "mlp":
-        return f"M{d['layer']}"
-    if kind == "emb":
-        return "E"
-    if kind == "bias":
-        return f"B{d['layer']}"
-    if kind == "offset":
-        return f"O{d['layer']}.{d['head']}"
-    if kind == "logits":
-        return "LOGITS"
-    raise ValueError(f"unknown node kind {kind!r}; known: {', '.join(KINDS)}")
 
 
 def node_label(d: Mapping) -> tuple[str, str]:

@@ -660,3 +660,17 @@ def _fmt(value: Any, unit: str = "") -> str:
     else:
         text = str(value)
     return f"{text} {unit}".strip() if unit and _is_number(value) else text
+
+
+def conclude_all(measurements, *, profile: str, seed: int | None = None) -> list[Verdict]:
+    """:func:`conclude` every measurement, recording ALL of them before any assertion fails; then
+    raise one AssertionError naming every claim whose asserted check failed. Returns the verdicts."""
+    verdicts, failed = [], []
+    for m in measurements:
+        try:
+            verdicts.append(conclude(m, profile=profile, seed=seed))
+        except AssertionError as err:
+            failed.append(f"{getattr(m, 'claim', m)}: {err}")
+    if failed:
+        raise AssertionError("; ".join(failed))
+    return verdicts

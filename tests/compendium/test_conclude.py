@@ -147,3 +147,13 @@ def test_record_is_deprecated_and_writes_into_the_run_folder(run_dir, demo_root)
     e = json.loads(path.read_text())
     assert e["verdict"] == "holds" and e["value"] == 1.03 and e["config"] == {"T": [256]}
     assert not (demo_root / "papers" / "demo" / "results").exists()
+
+
+def test_conclude_all_records_every_claim_before_failing(run_dir):
+    bad = M(**{**GOOD, "ci_low": -0.1})                    # asserted at cpu: does not hold
+    good = M("demo/plain", size=12)                          # no check: measured only
+    with pytest.raises(AssertionError, match="demo/gain"):
+        claims.conclude_all([bad, good], profile="cpu", seed=0)
+    assert _read(run_dir)["verdict"] == "does not hold"
+    assert (run_dir / "results" / "demo" / "plain.cpu.json").exists()  # recorded although an earlier one failed
+    assert [v.status for v in claims.conclude_all([good], profile="cpu", seed=0)] == ["measured only"]
