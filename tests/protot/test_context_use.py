@@ -155,3 +155,55 @@ def test_real_tokenizer_target_is_one_token():
     from protot import concepts
 
     assert isinstance(concepts.token_id(tok, " women"), int)
+
+
+def _fake_models(monkeypatch, tmp_path, names=("seen-m", "unigram-m")):
+    """Committed-model stand-ins: the synthetic models behind protot.train.pretrained's interface."""
+    from protot.train import packing, pretrained
+
+    root = tmp_path / "models"
+    for n in names:
+        (root / n).mkdir(parents=True)
+    shas = {n: f"{i:064x}" for i, n in enumerate(names)}
+    tok = SimpleNamespace(encode=lambda w, add_special_tokens=False: [TARGET], decode=lambda ids: "<t>")
+    man = {n: {"weights_sha256": shas[n], "steps": 10, "planned_steps": 20, "tokens_seen": 123456,
+               "status": "in-progress" if n.startswith("seen") else "final"} for n in names}
+    monkeypatch.setattr(pretrained, "models_dir", lambda: root)
+    monkeypatch.setattr(pretrained, "available", lambda: sorted(names))
+    monkeypatch.setattr(pretrained, "manifest", lambda n: man[n])
+    monkeypatch.setattr(pretrained, "load", lambda n: pretrained.Pretrained(n, _Synthetic(n.split("-")[0]), tok, man[n]))
+    monkeypatch.setattr(packing, "token_stream", lambda split: _stream(20000))
+    kw = dict(context=64, split=32, short=8, target_context=32, max_target_contexts=60, n_boot=200)
+    real = cu.context_use
+    monkeypatch.setattr(cu, "context_use", lambda model, stream, **k: real(model, stream, **{**k, **kw, "target": "<t>"}))
+    return root, man
+
+
+def test_reports_of_committed_models(monkeypatch, tmp_path):
+    import json
+
+    root, man = _fake_models(monkeypatch, tmp_path)
+    records = cu.write_reports(blocks=24)
+    assert [r["model"] for r in records] == ["seen-m", "unigram-m"]
+    seen = json.loads((root / "seen-m" / cu.REPORT_FILE).read_text())
+    assert seen["weights_sha256"] == man["seen-m"]["weights_sha256"] and seen["context_effect_nats"] > 4.0
+    uni = json.loads((root / "unigram-m" / cu.REPORT_FILE).read_text())
+    assert abs(uni["replaced_prefix_cost_nats"]) < 1e-12
+    md = (root / "CONTEXT_USE.md").read_text()
+    assert f"{seen['context_effect_nats']:+.3f}" in md and "in-progress (step 10 of 20)" in md
+    assert (root / "context_use.png").stat().st_size > 1000
+
+
+def test_reports_refuse_unknown_names_and_stale_reports(monkeypatch, tmp_path):
+    import json
+
+    root, man = _fake_models(monkeypatch, tmp_path)
+    with pytest.raises(ValueError, match="no committed model named"):
+        cu.write_reports(["nope"])
+    cu.write_reports(["seen-m"], blocks=24)
+    man["seen-m"]["weights_sha256"] = "f" * 64            # the model was replaced after its report
+    before = (root / "CONTEXT_USE.md").read_text()
+    with pytest.raises(ValueError, match="other weights"):
+        cu.write_reports(["unigram-m"], blocks=24)
+    assert (root / "CONTEXT_USE.md").read_text() == before   # the summary is not rewritten from a stale report
+    assert json.loads((root / "unigram-m" / cu.REPORT_FILE).read_text())["model"] == "unigram-m"
