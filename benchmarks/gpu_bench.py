@@ -26,6 +26,11 @@ Usage (on a GPU machine):   python benchmarks/gpu_bench.py [--out PATH] [--quick
 CPU check of the script:     python benchmarks/gpu_bench.py --dry-run
 (--dry-run: tiny shapes on the CPU, torch paths only; output goes to a temporary file unless
 --out is given, and is marked dry_run so it is never mistaken for GPU numbers.)
+The script puts lib/ and the repository root on sys.path itself (no install, no PYTHONPATH), and
+writes the JSON after every section, so a run stopped by a time limit keeps what it measured
+(``meta.finished`` is null then). Models return the project's output class, whose ``cache`` field
+does not depend on the transformers version (protot.models.common.CausalLMOutputWithCache).
+benchmarks/gpu_session.sh runs it with training and the kernel tests in one GPU session.
 """
 from __future__ import annotations
 
@@ -50,6 +55,11 @@ import torch
 import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
+# Run as a script from anywhere: lib/ (protot, compendium) and the repository root (kernels) go on
+# the path first, without an installed package or PYTHONPATH.
+for _p in (REPO, REPO / "lib"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "gpu_bench.json"
 KERNEL_SLOWDOWN_GOAL = 1.5       # Triton kernel time / chunk_simple_gla time, at most
 CROSSOVER_GOAL = 8192            # ProtoT passes LLaMA (training tokens/s) at this context or earlier
@@ -505,20 +515,30 @@ def main(argv=None) -> dict:
     print(json.dumps(meta, indent=1), flush=True)
     ceiling = copy_bandwidth(device, (2**30 if device.type == "cuda" else 2**24), args.warmup, args.rep)
     print(f"copy bandwidth ceiling: {ceiling['GBps']:.1f} GB/s", flush=True)
-    op_rows = run_op_section(args, device, dtype, ceiling["GBps"]) if "op" in sections else []
-    train_rows = run_model_train_section(args, device) if "train" in sections else []
-    decode_rows = run_decode_section(args, device, dtype) if "decode" in sections else []
-    goals = check_goals(op_rows, train_rows, decode_rows)
-    if args.dry_run:
-        for g in goals.values():
-            g["met"], g["note"] = None, "dry run on the CPU at tiny shapes: not evaluated"
-    result = {"meta": meta, "copy_bandwidth": ceiling, "op": op_rows, "model_train": train_rows,
-              "decode": decode_rows, "goals": goals}
-    result["meta"]["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    result = {"meta": meta, "copy_bandwidth": ceiling, "op": [], "model_train": [], "decode": [], "goals": {}}
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_suffix(out_path.suffix + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    tmp.replace(out_path)
+
+    def save(finished: bool):
+        """Written after every section, so a run stopped by a time limit keeps what it measured."""
+        goals = check_goals(result["op"], result["model_train"], result["decode"])
+        if args.dry_run:
+            for g in goals.values():
+                g["met"], g["note"] = None, "dry run on the CPU at tiny shapes: not evaluated"
+        result["goals"] = goals
+        result["meta"]["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) if finished else None
+        tmp = out_path.with_suffix(out_path.suffix + ".tmp")
+        tmp.write_text(json.dumps(result, indent=1))
+        tmp.replace(out_path)
+
+    if "op" in sections:
+        result["op"] = run_op_section(args, device, dtype, ceiling["GBps"])
+        save(False)
+    if "train" in sections:
+        result["model_train"] = run_model_train_section(args, device)
+        save(False)
+    if "decode" in sections:
+        result["decode"] = run_decode_section(args, device, dtype)
+    save(True)
     print(json.dumps(result["goals"], indent=1))
     print(f"wrote {out_path}")
     return result

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ._utils import interpreting
+from ._utils import check_interpreter_stack, interpreting
 from .naive import (
     DEFAULT_CHUNK_SIZE, chunk_decay_linear_attn_ref, naive_decay_linear_attn, recurrent_decay_linear_attn_ref,
 )
@@ -53,6 +53,7 @@ _TORCH_FORMS = {
 def chunk_decay_linear_attn(q, k, v, log_decay, initial_state=None, output_final_state=False,
                             chunk_size=DEFAULT_CHUNK_SIZE, **kw):
     """Chunked Triton kernels (forward and backward); see kernels/proto_mixer/chunk.py."""
+    check_interpreter_stack()
     from .chunk import chunk_decay_linear_attn as _f
 
     return _f(q, k, v, log_decay, initial_state, output_final_state, chunk_size, **kw)
@@ -60,6 +61,7 @@ def chunk_decay_linear_attn(q, k, v, log_decay, initial_state=None, output_final
 
 def fused_recurrent_decay_linear_attn(q, k, v, log_decay, initial_state=None, output_final_state=False):
     """Token-by-token Triton kernel for decoding; see kernels/proto_mixer/fused_recurrent.py."""
+    check_interpreter_stack()
     from .fused_recurrent import fused_recurrent_decay_linear_attn as _f
 
     return _f(q, k, v, log_decay, initial_state, output_final_state)

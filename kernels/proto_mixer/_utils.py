@@ -15,6 +15,30 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def check_interpreter_stack(triton_version: str | None = None, numpy_version: str | None = None) -> None:
+    """Under the Triton interpreter, refuse triton < 3.7 with numpy >= 2.4 (that interpreter breaks
+    on numpy 2.4); compiled GPU kernels do not use numpy, so nothing is checked there."""
+    if not interpreting():
+        return
+    import importlib.metadata as md
+
+    tv = triton_version or md.version("triton")
+    nv = numpy_version or md.version("numpy")
+    if _version(tv) < (3, 7) and _version(nv) >= (2, 4):
+        raise RuntimeError(f"the Triton interpreter (TRITON_INTERPRET=1) of triton {tv} does not work with numpy {nv}: "
+                           "install numpy<2.4 or triton>=3.7")
+
+
 def alloc_output(shape, dtype: torch.dtype, device) -> torch.Tensor:
     if FILL_OUTPUTS_WITH_NAN:
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
@@ -42,6 +66,28 @@ def dot_precision(dtype: torch.dtype) -> str:
     if interpreting() or dtype == torch.float32:
         return "ieee"
     return "tf32"
+
+
+# CUDA launch-grid limits: axis 0 up to 2^31 - 1 programs, axes 1 and 2 up to 65535.
+GRID_X_MAX = 2**31 - 1
+GRID_YZ_MAX = 65535
+
+
+def launch_grid(large: int, small: int = 1) -> tuple[int, int]:
+    """The launch grid of every kernel here: ``(large, small)``. ``large`` is the product of the
+    axes that grow with the input (batch * heads, times chunks or sub-chunks), so it goes on axis 0,
+    the only one not capped at 65535; ``small`` counts key / value blocks (a few). The kernels
+    decode axis 0 in int64 (batch * head first, then the chunk), so no offset wraps at 2^31
+    elements. Raises ValueError naming the axis when a grid cannot be launched."""
+    large, small = int(large), int(small)
+    if large < 1 or small < 1:
+        raise ValueError(f"launch grid axes must be >= 1, got ({large}, {small})")
+    if large > GRID_X_MAX:
+        raise ValueError(f"launch grid axis 0 (batch * heads * chunks = {large}) exceeds {GRID_X_MAX}: "
+                         "split the batch")
+    if small > GRID_YZ_MAX:
+        raise ValueError(f"launch grid axis 1 (key / value blocks = {small}) exceeds {GRID_YZ_MAX}")
+    return large, small
 
 
 def common_dtype(q, k, v) -> torch.dtype:

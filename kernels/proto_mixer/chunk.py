@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._utils import alloc_output, block_sizes, check_inputs, dot_precision, interpreting
+from ._utils import alloc_output, block_sizes, check_inputs, dot_precision, interpreting, launch_grid
 from .naive import DEFAULT_CHUNK_SIZE
 
 __all__ = ["chunk_decay_linear_attn", "ChunkDecayLinearAttnFunction"]
@@ -32,6 +32,16 @@ __all__ = ["chunk_decay_linear_attn", "ChunkDecayLinearAttnFunction"]
 # Warps per program where the default (4) spills registers at BT = 64, BK = 32, BV = 64 on sm_90
 # (ptxas -v on the PTX from tests/kernels/compile_for_gpu.py); untuned otherwise.
 NUM_WARPS = {"_chunk_bwd_dA": 8, "_chunk_bwd_dqk_inter": 8}
+
+
+def num_warps(kernel: str, BT: int, dtype: torch.dtype) -> int:
+    """Warps per program. The (BT, BT) and (BT, BV) float32 tiles grow with the chunk: chunk 128, and
+    float32 inputs at chunk 64, spill registers at 4 warps on sm_90, so those get 8 warps; the
+    GPU default is chunk 64 with 16-bit inputs. The interpreter ignores warps."""
+    base = NUM_WARPS.get(kernel, 4)
+    if BT >= 128 or (BT >= 64 and dtype == torch.float32):
+        return max(base, 8)
+    return base
 
 
 # ----------------------------------------------------------------------------------------------
@@ -47,7 +57,9 @@ def _chunk_fwd_h(
 ):
     """h[b, n] = state before chunk n (n = 0..NT-1); h[b, NT] = final state.   (Eq. 6)
     S_next = exp(L a) S + (k * exp((L-1-j) a))^T v."""
-    i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    # grid (B*H, NK*NV): batch*head on axis 0 (no 65535 cap), as int64 so offsets cannot wrap
+    i_bh, i_kv = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    i_k, i_v = i_kv // tl.cdiv(V, BV), i_kv % tl.cdiv(V, BV)
     i_b, i_h = i_bh // H, i_bh % H
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
@@ -87,7 +99,9 @@ def _chunk_intra_A(
     """A[b, t, h, j] = sum_k q_tk k_jk exp((i-j) a_k) for j <= i (0 above the diagonal), where
     i, j are the positions of t and of column j inside the chunk.   (Eq. 5)
     One program per (row sub-chunk, b*h); it writes the whole BC x BT row block."""
-    i_tc, i_bh = tl.program_id(0), tl.program_id(1)
+    # grid (B*H*NT*NC,): one flat axis 0 (no 65535 cap), decoded in int64
+    i_x = tl.program_id(0).to(tl.int64)
+    i_bh, i_tc = i_x // (tl.cdiv(T, BT) * NC), (i_x % (tl.cdiv(T, BT) * NC)).to(tl.int32)
     i_b, i_h = i_bh // H, i_bh % H
     i_t, i_r = i_tc // NC, i_tc % NC
     o_c = tl.arange(0, BC)
@@ -148,7 +162,9 @@ def _chunk_fwd_o(
     PREC: tl.constexpr,
 ):
     """o = (q * exp((i+1) a)) @ S_prev + A @ v.   (Eq. 4)"""
-    i_v, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    # grid (B*H*NT, NV): batch*head x chunk on axis 0 (no 65535 cap), decoded in int64
+    i_x, i_v = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    i_bh, i_t = i_x // NT, (i_x % NT).to(tl.int32)
     i_b, i_h = i_bh // H, i_bh % H
     o_i = tl.arange(0, BT)
     o_t = i_t * BT + o_i
@@ -189,7 +205,9 @@ def _chunk_bwd_dh(
 ):
     """dh[b, n] = gradient w.r.t. the state at the END of chunk n (reverse scan):   (Eq. 9)
     dS_prev = exp(L a) dS + (q * exp((i+1) a))^T do; dh0 = the gradient at the start."""
-    i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    # grid (B*H, NK*NV): batch*head on axis 0 (no 65535 cap), as int64 so offsets cannot wrap
+    i_bh, i_kv = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    i_k, i_v = i_kv // tl.cdiv(V, BV), i_kv % tl.cdiv(V, BV)
     i_b, i_h = i_bh // H, i_bh % H
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
@@ -226,7 +244,9 @@ def _chunk_bwd_dA(
     PREC: tl.constexpr,
 ):
     """dA[i, j] = do_i . v_j for j <= i inside the chunk, 0 elsewhere.   (Eq. 10)"""
-    i_t, i_bh = tl.program_id(0), tl.program_id(1)
+    # grid (B*H*NT,): one flat axis 0 (no 65535 cap), decoded in int64
+    i_x = tl.program_id(0).to(tl.int64)
+    i_bh, i_t = i_x // tl.cdiv(T, BT), (i_x % tl.cdiv(T, BT)).to(tl.int32)
     i_b, i_h = i_bh // H, i_bh % H
     o_i = tl.arange(0, BT)
     o_t = i_t * BT + o_i
@@ -253,7 +273,9 @@ def _chunk_bwd_dv(
     PREC: tl.constexpr,
 ):
     """dv = (k * exp((L-1-j) a)) @ dS_end + A^T @ do.   (Eq. 11)"""
-    i_v, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    # grid (B*H*NT, NV): batch*head x chunk on axis 0 (no 65535 cap), decoded in int64
+    i_x, i_v = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    i_bh, i_t = i_x // NT, (i_x % NT).to(tl.int32)
     i_b, i_h = i_bh // H, i_bh % H
     o_i = tl.arange(0, BT)
     o_t = i_t * BT + o_i
@@ -290,7 +312,9 @@ def _chunk_bwd_dqk_intra(
 ):
     """Intra-chunk parts, for the BC rows of sub-chunk r:   (Eq. 12-13)
     dq_i = sum_{j<=i} dA[i, j] k_j exp((i-j) a);  dk_j = sum_{i>=j} dA[i, j] q_i exp((i-j) a)."""
-    i_k, i_tc, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    # grid (B*H*NT*NC, NK): batch*head x sub-chunk on axis 0 (no 65535 cap), decoded in int64
+    i_x, i_k = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    i_bh, i_tc = i_x // (tl.cdiv(T, BT) * NC), (i_x % (tl.cdiv(T, BT) * NC)).to(tl.int32)
     i_b, i_h = i_bh // H, i_bh % H
     i_t, i_r = i_tc // NC, i_tc % NC
     o_c = tl.arange(0, BC)
@@ -369,7 +393,9 @@ def _chunk_bwd_dqk_inter(
 ):
     """dq = dq_intra + exp((i+1) a) * (do @ S_prev^T); dk = dk_intra + exp((L-1-j) a) * (v @ dS_end^T);
     da[b, n, h] = sum_i (i+1) (q_i dq_i - k_i dk_i) + L * sum_v dS_end * S_end.   (Eq. 12-14)"""
-    i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    # grid (B*H*NT, NK): batch*head x chunk on axis 0 (no 65535 cap), decoded in int64
+    i_x, i_k = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    i_bh, i_t = i_x // NT, (i_x % NT).to(tl.int32)
     i_b, i_h = i_bh // H, i_bh % H
     o_i = tl.arange(0, BT)
     o_t = i_t * BT + o_i
@@ -433,10 +459,13 @@ def chunk_fwd(q, k, v, a, initial_state, BT: int, BC: int, diag_3d: bool):
     A = alloc_output((B, T, H, BT), torch.float32, q.device)
     o = alloc_output((B, T, H, V), q.dtype, q.device)
     h0 = initial_state if initial_state is not None else h  # dummy pointer when unused
-    _chunk_fwd_h[(NK, NV, B * H)](k, v, a, h0, h, T, H, K, V, BT, BK, BV, NT,
-                                   USE_H0=initial_state is not None, PREC=prec)
-    _chunk_intra_A[(NT * NC, B * H)](q, k, a, A, T, H, K, BT, BC, BK, NC, diag_3d, PREC=prec)
-    _chunk_fwd_o[(NV, NT, B * H)](q, v, a, h, A, o, T, H, K, V, BT, BK, BV, NT, PREC=prec)
+    _chunk_fwd_h[launch_grid(B * H, NK * NV)](k, v, a, h0, h, T, H, K, V, BT, BK, BV, NT,
+                                   USE_H0=initial_state is not None, PREC=prec,
+                                               num_warps=num_warps("_chunk_fwd_h", BT, q.dtype))
+    _chunk_intra_A[launch_grid(B * H * NT * NC)](q, k, a, A, T, H, K, BT, BC, BK, NC, diag_3d, PREC=prec,
+                                                  num_warps=num_warps("_chunk_intra_A", BT, q.dtype))
+    _chunk_fwd_o[launch_grid(B * H * NT, NV)](q, v, a, h, A, o, T, H, K, V, BT, BK, BV, NT, PREC=prec,
+                                              num_warps=num_warps("_chunk_fwd_o", BT, q.dtype))
     return o, h, A
 
 
@@ -449,22 +478,27 @@ def chunk_bwd(q, k, v, a, h, A, do, dht, need_dh0: bool, BT: int, BC: int, diag_
     NK, NV = triton.cdiv(K, BK), triton.cdiv(V, BV)
     dh = alloc_output((B, NT, H, K, V), torch.float32, q.device)
     dh0 = alloc_output((B, H, K, V), torch.float32, q.device) if need_dh0 else None
-    _chunk_bwd_dh[(NK, NV, B * H)](
+    _chunk_bwd_dh[launch_grid(B * H, NK * NV)](
         q, do, a, dht if dht is not None else dh, dh, dh0 if dh0 is not None else dh,
-        T, H, K, V, BT, BK, BV, NT, USE_DHT=dht is not None, USE_DH0=need_dh0, PREC=prec)
+        T, H, K, V, BT, BK, BV, NT, USE_DHT=dht is not None, USE_DH0=need_dh0, PREC=prec,
+        num_warps=num_warps("_chunk_bwd_dh", BT, q.dtype))
     dA = alloc_output((B, T, H, BT), torch.float32, q.device)
-    _chunk_bwd_dA[(NT, B * H)](do, v, dA, T, H, V, BT, BV, PREC=prec, num_warps=NUM_WARPS["_chunk_bwd_dA"])
+    _chunk_bwd_dA[launch_grid(B * H * NT)](do, v, dA, T, H, V, BT, BV, PREC=prec,
+                                           num_warps=num_warps("_chunk_bwd_dA", BT, q.dtype))
     dv = alloc_output((B, T, H, V), v.dtype, q.device)
-    _chunk_bwd_dv[(NV, NT, B * H)](k, do, a, A, dh, dv, T, H, K, V, BT, BK, BV, NT, PREC=prec)
+    _chunk_bwd_dv[launch_grid(B * H * NT, NV)](k, do, a, A, dh, dv, T, H, K, V, BT, BK, BV, NT, PREC=prec,
+                                               num_warps=num_warps("_chunk_bwd_dv", BT, q.dtype))
     dq_intra = alloc_output((B, T, H, K), torch.float32, q.device)
     dk_intra = alloc_output((B, T, H, K), torch.float32, q.device)
-    _chunk_bwd_dqk_intra[(NK, NT * NC, B * H)](q, k, a, dA, dq_intra, dk_intra, T, H, K, BT, BC, BK, NC, diag_3d, PREC=prec)
+    _chunk_bwd_dqk_intra[launch_grid(B * H * NT * NC, NK)](q, k, a, dA, dq_intra, dk_intra, T, H, K, BT, BC, BK, NC,
+                                                           diag_3d, PREC=prec,
+                                                           num_warps=num_warps("_chunk_bwd_dqk_intra", BT, q.dtype))
     dq = alloc_output((B, T, H, K), q.dtype, q.device)
     dk = alloc_output((B, T, H, K), k.dtype, q.device)
     da = alloc_output((B, NT, H, K), torch.float32, q.device)
-    _chunk_bwd_dqk_inter[(NK, NT, B * H)](q, k, v, do, a, h, dh, dq_intra, dk_intra, dq, dk, da,
-                                          T, H, K, V, BT, BK, BV, NT, PREC=prec,
-                                          num_warps=NUM_WARPS["_chunk_bwd_dqk_inter"])
+    _chunk_bwd_dqk_inter[launch_grid(B * H * NT, NK)](q, k, v, do, a, h, dh, dq_intra, dk_intra, dq, dk, da,
+                                                      T, H, K, V, BT, BK, BV, NT, PREC=prec,
+                                                      num_warps=num_warps("_chunk_bwd_dqk_inter", BT, q.dtype))
     return dq, dk, dv, da.sum((0, 1)), dh0
 
 

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._utils import alloc_output, check_inputs, interpreting
+from ._utils import alloc_output, check_inputs, interpreting, launch_grid
 
 __all__ = ["fused_recurrent_decay_linear_attn"]
 
@@ -24,7 +24,8 @@ def _fused_recurrent_fwd(
     BK: tl.constexpr, BV: tl.constexpr,
     USE_H0: tl.constexpr, STORE_HT: tl.constexpr,
 ):
-    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+    # grid (B*H, NV): batch*head on axis 0 (no 65535 cap), as int64 so offsets cannot wrap
+    i_bh, i_v = tl.program_id(0).to(tl.int64), tl.program_id(1)
     i_b, i_h = i_bh // H, i_bh % H
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
@@ -63,7 +64,7 @@ def fused_recurrent_fwd(q, k, v, a, initial_state, output_final_state: bool):
     BV = min(max(16, triton.next_power_of_2(V)), 256 if interpreting() else 32)
     o = alloc_output((B, T, H, V), q.dtype, q.device)
     ht = alloc_output((B, H, K, V), torch.float32, q.device) if output_final_state else None
-    _fused_recurrent_fwd[(triton.cdiv(V, BV), B * H)](
+    _fused_recurrent_fwd[launch_grid(B * H, triton.cdiv(V, BV))](
         q, k, v, a, initial_state if initial_state is not None else o, o, ht if ht is not None else o,
         T, H, K, V, BK, BV, USE_H0=initial_state is not None, STORE_HT=output_final_state)
     return o, ht

@@ -16,6 +16,7 @@ import sys
 
 os.environ.pop("TRITON_INTERPRET", None)   # must happen before the kernel modules are imported
 
+import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
@@ -95,10 +96,13 @@ def main(full: bool = False) -> None:
                                      dict(q=dt, k=dt, v=dt, a=F32, h0=F32, o=dt, ht=F32, T="i32"),
                                      dict(H=H, K=K, V=V, BK=BK, BV=32, USE_H0=True, STORE_HT=True)),
         }
+        in_dtype = {"*bf16": torch.bfloat16, "*fp32": torch.float32}[dt]
         for name, (fn, sig, consts) in kernels.items():
-            info = compile_kernel(fn, sig, consts, C.NUM_WARPS.get(name, 4))
+            # the warps the host launches with (chunk.num_warps; the fused recurrent kernel: 4)
+            warps = C.num_warps(name, BT, in_dtype) if name.startswith("_chunk") else 4
+            info = compile_kernel(fn, sig, consts, warps)
             assert info["has_cubin"], name
-            print(f"compiled {name:22s} {dt:6s} {prec:4s} diag_3d={d3!s:5s} shared={info['shared_bytes']} B"
+            print(f"compiled {name:22s} {dt:6s} {prec:4s} diag_3d={d3!s:5s} warps={warps} shared={info['shared_bytes']} B"
                   + (f" | {info['ptxas']}" if PTXAS_REPORT else ""), flush=True)
 
 

@@ -9,11 +9,20 @@ of every input (q, k, v, log_decay, initial_state), at odd shapes (T not a multi
 K from 1 to 64, V from 1 to 128 with 60 and 33 among them), in float32 and float16; bfloat16
 only on a GPU (the interpreter's bf16 tl.dot is wrong). Kernel outputs start as NaN (conftest.py). Under the interpreter the whole
 file takes about 1.5 minutes on 2 CPU cores (the T = 8192 test ~30 s of it).
+
+Dot precision (``kernels.proto_mixer._utils.dot_precision``, checked by test_dot_precision_rule):
+every test with float32 inputs runs the kernels' tl.dot with input_precision="ieee", on a GPU and
+under the interpreter alike; float16 / bfloat16 inputs use "ieee" under the interpreter and "tf32"
+on a GPU. Each kernel test's ``dtype`` parameter (fp32 / fp16 / bf16) thus names its precision.
+Launch grids and offsets: every kernel puts batch * heads (times chunks) on grid axis 0, decoded in
+int64 (test_launch_grid_limits, test_kernels_decode_axis0_in_int64; on a GPU also
+test_more_than_65535_heads and test_offsets_beyond_int32).
 """
 from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
 import sys
 
@@ -36,6 +45,7 @@ HAS_CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if HAS_CUDA and not INTERPRET else "cpu"
 triton_ok = pytest.mark.skipif(not (INTERPRET or HAS_CUDA), reason="Triton needs a CUDA GPU or TRITON_INTERPRET=1")
 gpu_only = pytest.mark.skipif(not HAS_CUDA or INTERPRET, reason="bfloat16 tl.dot needs a real GPU (wrong under the interpreter)")
+cuda_only = pytest.mark.skipif(not HAS_CUDA or INTERPRET, reason="needs a CUDA GPU (compiled kernels, large memory)")
 
 # Tolerances per dtype, in one place: the relative RMS error ||x - ref|| / ||ref|| against a
 # float64 reference computed from the same (rounded) inputs. The kernels accumulate in float32
@@ -492,3 +502,132 @@ def test_model_chunk_size_reaches_kernel(monkeypatch, chunk_size):
     ids = torch.randint(0, 50, (1, 40), generator=torch.Generator().manual_seed(2)).to(DEVICE)
     model(ids, labels=ids, use_cache=False).loss.backward()
     assert seen == [chunk_size] * model.config.num_hidden_layers
+
+
+# -- launch grids, int64 offsets, warps, dot precision -------------------------------------------
+def test_launch_grid_limits():
+    from kernels.proto_mixer._utils import GRID_X_MAX, GRID_YZ_MAX, launch_grid
+
+    # batch * heads above 65535 (the cap of grid axes 1 and 2) sits on axis 0, which is not capped there
+    assert launch_grid(70_000 * 4, 2) == (280_000, 2)
+    assert launch_grid(5) == (5, 1)
+    assert launch_grid(GRID_X_MAX, GRID_YZ_MAX) == (GRID_X_MAX, GRID_YZ_MAX)
+    with pytest.raises(ValueError, match="axis 0"):
+        launch_grid(GRID_X_MAX + 1)
+    with pytest.raises(ValueError, match="axis 1"):
+        launch_grid(4, GRID_YZ_MAX + 1)
+    with pytest.raises(ValueError, match=">= 1"):
+        launch_grid(0, 1)
+
+
+def _kernel_sources():
+    import inspect
+
+    from kernels.proto_mixer import chunk, fused_recurrent
+
+    out = {}
+    for mod in (chunk, fused_recurrent):
+        for name, obj in vars(mod).items():
+            fn = getattr(obj, "fn", None)
+            if name.startswith("_") and callable(fn) and "tl.program_id" in inspect.getsource(fn):
+                out[name] = inspect.getsource(fn)
+    return out
+
+
+def test_kernels_decode_axis0_in_int64():
+    """Every kernel reads batch * head from grid axis 0, cast to int64 before any offset is formed
+    (so B*T*H*V >= 2^31 cannot wrap), and never reads it from axis 1 or 2; the host launches every
+    kernel through launch_grid (no literal grid tuple)."""
+    import inspect
+
+    from kernels.proto_mixer import chunk, fused_recurrent
+
+    sources = _kernel_sources()
+    assert len(sources) == 9, sorted(sources)
+    for name, src in sources.items():
+        assert src.count("tl.program_id(0).to(tl.int64)") == 1, name
+        assert "tl.program_id(2)" not in src, name
+        body = src.split("tl.program_id(0).to(tl.int64)", 1)[0]
+        assert "p_" not in body.split('"""')[-1], f"{name}: an offset is formed before the int64 cast"
+        line = next(ln.strip() for ln in src.splitlines() if "tl.program_id(0).to(tl.int64)" in ln)
+        assert line.startswith(("i_bh", "i_x")), f"{name}: {line}"
+        if line.startswith("i_x"):   # axis 0 = batch*head x chunk: batch*head is its quotient
+            assert re.search(r"i_bh, i_t\w* = i_x // ", src), f"{name}: batch*head is not decoded from axis 0"
+    host = inspect.getsource(chunk.chunk_fwd) + inspect.getsource(chunk.chunk_bwd) + \
+        inspect.getsource(fused_recurrent.fused_recurrent_fwd)
+    assert host.count("[launch_grid(") == 9 and "](" in host
+    assert "[(" not in host, "a kernel is launched with a literal grid tuple"
+
+
+def test_num_warps_rule():
+    from kernels.proto_mixer.chunk import NUM_WARPS, num_warps
+
+    assert num_warps("_chunk_fwd_o", 64, torch.bfloat16) == 4         # the GPU default: chunk 64, 16-bit
+    assert num_warps("_chunk_bwd_dA", 64, torch.bfloat16) == NUM_WARPS["_chunk_bwd_dA"] == 8
+    assert num_warps("_chunk_fwd_o", 64, torch.float32) == 8           # float32 tiles at chunk 64
+    assert num_warps("_chunk_fwd_o", 128, torch.bfloat16) == 8         # chunk 128
+    assert num_warps("_chunk_fwd_o", 32, torch.float32) == 4
+
+
+def test_dot_precision_rule(monkeypatch):
+    from kernels.proto_mixer import _utils
+
+    for interp in ("0", "1"):
+        monkeypatch.setenv("TRITON_INTERPRET", interp)
+        assert _utils.dot_precision(torch.float32) == "ieee"           # float32: always exact
+        assert _utils.dot_precision(torch.bfloat16) == ("ieee" if interp == "1" else "tf32")
+        assert _utils.dot_precision(torch.float16) == ("ieee" if interp == "1" else "tf32")
+
+
+@cuda_only
+@pytest.mark.gpu
+def test_more_than_65535_heads():
+    """B * H = 70,000 > 65535 programs on what used to be grid axis 2: chunked forward + backward
+    (float32, "ieee") against the torch chunked form, and the fused recurrent kernel."""
+    shape = (2, 40, 35_000, 4, 4)
+    ref = functools.partial(chunk_decay_linear_attn_ref, chunk_size=16)
+    check_against_reference(chunk_decay_linear_attn, ref, shape, torch.float32, chunk_size=16)
+    q, k, v, a, s0 = make_inputs(*shape, torch.float32)
+    o, _ = fused_recurrent_decay_linear_attn(q[:, :8], k[:, :8], v[:, :8], a, s0)
+    o_ref, _ = recurrent_decay_linear_attn_ref(q[:, :8].double(), k[:, :8].double(), v[:, :8].double(),
+                                               a.double(), s0.double())
+    assert_close("fused o", o_ref, o, RATIO[torch.float32])
+
+
+@cuda_only
+@pytest.mark.gpu
+def test_offsets_beyond_int32():
+    """B*T*H*V = 2^31 (bfloat16, "tf32" dots): the last batch element, whose elements lie beyond
+    2^31, gets the same output and value gradient as the same element run alone (small offsets)."""
+    B, T, H, K, V = 32768, 64, 1, 16, 1024
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.rand(B, T, H, K, device="cuda", generator=g).to(torch.bfloat16)
+    k = torch.softmax(torch.randn(B, T, H, K, device="cuda", generator=g), -1).to(torch.bfloat16)
+    v = torch.randn(B, T, H, V, device="cuda", generator=g, dtype=torch.bfloat16).requires_grad_(True)
+    a = -torch.rand(H, K, device="cuda", generator=g)
+    assert B * T * H * V >= 2**31
+    o, _ = chunk_decay_linear_attn(q, k, v, a, chunk_size=64)
+    do = torch.zeros_like(o)
+    do[-1] = 1
+    o.backward(do)
+    tail = [x[-1:].detach().clone() for x in (q, k, v)]
+    tail[2].requires_grad_(True)
+    o1, _ = chunk_decay_linear_attn(tail[0], tail[1], tail[2], a, chunk_size=64)
+    o1.backward(torch.ones_like(o1))
+    assert torch.equal(o[-1:], o1), "output of the last batch element differs (offset wrap)"
+    assert torch.equal(v.grad[-1:], tail[2].grad), "value gradient of the last batch element differs"
+
+
+def test_interpreter_stack_check(monkeypatch):
+    """triton < 3.7 with numpy >= 2.4 under the interpreter is refused with a message naming both."""
+    from kernels.proto_mixer._utils import check_interpreter_stack
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    with pytest.raises(RuntimeError, match=r"triton 3\.6\.0 .* numpy 2\.4\.1"):
+        check_interpreter_stack("3.6.0", "2.4.1")
+    check_interpreter_stack("3.6.0", "2.3.5")
+    check_interpreter_stack("3.7.1", "2.4.6")
+    check_interpreter_stack("3.10.0rc1", "2.5.0")
+    check_interpreter_stack()                          # the installed pair is a working one
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    check_interpreter_stack("3.6.0", "2.4.1")          # compiled kernels: numpy is not involved

@@ -8,13 +8,14 @@ in place. Everything else (embedding, blocks, final norm, head, loss, generate()
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from transformers import GenerationMixin, PreTrainedConfig, PreTrainedModel
-from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.utils import ModelOutput
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,9 +153,49 @@ class RecurrentCache:
                     d[key] = val.index_select(0, beam_idx.to(val.device))
 
 
+#: Whether transformers' ModelOutput maps the old cache name ``past_key_values`` to ``cache`` itself
+#: (transformers after the rename, e.g. 5.24); before it (e.g. 5.17) the field is ``past_key_values``.
+CACHE_RENAMED = isinstance(inspect.getattr_static(ModelOutput, "past_key_values", None), property)
+
+
 @dataclass
-class ProtoTCausalLMOutput(CausalLMOutputWithPast):
-    """CausalLMOutputWithPast plus, for ProtoT with ``output_gates=True``, per-layer gates/states."""
+class CausalLMOutputWithCache(ModelOutput):
+    """The output of every model here: loss, logits, the decoding cache (``out.cache``), hidden states.
+
+    The project's own class, so ``out.cache`` does not depend on transformers' naming:
+    ``CausalLMOutputWithPast`` has a ``past_key_values`` field up to transformers 5.2x and a ``cache``
+    field after the rename. Where the installed transformers predates the rename, the subclass
+    below adds ``past_key_values`` as a second field holding the same cache, because ``generate()``
+    there looks the cache up under that name.
+    """
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    cache: RecurrentCache | None = None
+    hidden_states: tuple | None = None
+    attentions: tuple | None = None
+
+
+if not CACHE_RENAMED:
+    @dataclass
+    class CausalLMOutputWithCache(CausalLMOutputWithCache):  # noqa: F811 -- the pre-rename variant
+        __doc__ = CausalLMOutputWithCache.__doc__
+
+        past_key_values: RecurrentCache | None = None
+
+        def __post_init__(self):
+            if self.past_key_values is None:
+                self.past_key_values = self.cache
+            elif self.cache is None:
+                self.cache = self.past_key_values
+            elif self.cache is not self.past_key_values:
+                raise ValueError("cache and past_key_values name the same cache; got two different objects")
+            super().__post_init__()
+
+
+@dataclass
+class ProtoTCausalLMOutput(CausalLMOutputWithCache):
+    """CausalLMOutputWithCache plus, for ProtoT with ``output_gates=True``, per-layer gates/states."""
 
     gates: tuple | None = None
 
@@ -227,6 +268,8 @@ class BaseCausalLM(PreTrainedModel, GenerationMixin):
 
     def prepare_inputs_for_generation(self, input_ids, cache=None, attention_mask=None,
                                       inputs_embeds=None, is_first_iteration=False, **kwargs):
+        if cache is None:   # transformers before the rename passes the cache as past_key_values
+            cache = kwargs.get("past_key_values")
         if cache is not None and cache.get_seq_length() > 0:
             input_ids = input_ids[:, cache.get_seq_length():]           # only the new tokens
         out = {"input_ids": input_ids, "cache": cache, "use_cache": kwargs.get("use_cache", True)}
@@ -284,5 +327,5 @@ class BaseCausalLM(PreTrainedModel, GenerationMixin):
         return {}
 
     def make_output(self, loss, logits, cache, hidden, auxes, **kwargs):
-        return CausalLMOutputWithPast(loss=loss, logits=logits, cache=cache,
+        return CausalLMOutputWithCache(loss=loss, logits=logits, cache=cache,
                                       hidden_states=None if hidden is None else tuple(hidden))

@@ -289,3 +289,74 @@ def gather(stream: np.ndarray, ids: np.ndarray, context: int):
 
     rows = np.stack([np.asarray(stream[i * context : (i + 1) * context], dtype=np.int64) for i in ids])
     return torch.from_numpy(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# A portable pack: token streams as one raw little-endian uint16 file plus a small JSON
+# ---------------------------------------------------------------------------------------------
+PACK_TOKENS = "tokens.u16"
+PACK_INFO = "pack.json"
+PACK_FORMAT = 1
+
+
+class PackError(ValueError):
+    """A token pack is missing, incomplete or does not match its JSON."""
+
+
+def write_u16_pack(out_dir: str | Path, parts: dict[str, np.ndarray], info: dict | None = None) -> dict:
+    """Write ``parts`` (name -> 1-D token array, e.g. {"train": ..., "validation": ...}) one after the
+    other into ``out_dir/tokens.u16`` (raw little-endian uint16, no header) and ``out_dir/pack.json``
+    (each part's offset and length in tokens, the file's sha256 and ``info``). A machine that has
+    neither data/ nor `datasets` reads it back with :func:`read_u16_pack` (numpy only)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if not parts:
+        raise PackError("a token pack needs at least one part")
+    index, offset = {}, 0
+    tokens = out / PACK_TOKENS
+    with atomic.atomic_path(tokens) as tmp:
+        with open(tmp, "wb") as fh:
+            for name, arr in parts.items():
+                arr = np.asarray(arr)
+                if arr.ndim != 1 or arr.size == 0:
+                    raise PackError(f"part {name!r} must be a non-empty 1-D token array, got shape {arr.shape}")
+                if arr.min() < 0 or arr.max() > 65535:
+                    raise PackError(f"part {name!r} holds token ids outside uint16 (0..65535)")
+                arr.astype("<u2", copy=False).tofile(fh)
+                index[name] = {"offset": offset, "tokens": int(arr.size)}
+                offset += int(arr.size)
+        digest = _file_sha256(tmp)
+    meta = {"format": PACK_FORMAT, "file": PACK_TOKENS, "dtype": "uint16-le", "tokens": offset,
+            "sha256": digest, "parts": index, **(info or {})}
+    atomic.write_json(out / PACK_INFO, meta)
+    return meta
+
+
+def read_u16_pack(pack_dir: str | Path, verify: bool = True) -> tuple[dict[str, np.ndarray], dict]:
+    """({part: read-only uint16 memory map}, pack.json) of a pack written by :func:`write_u16_pack`;
+    the file's size and (with ``verify``) sha256 are checked against the JSON."""
+    folder = Path(pack_dir)
+    info_path, tokens = folder / PACK_INFO, folder / PACK_TOKENS
+    if not info_path.is_file() or not tokens.is_file():
+        raise PackError(f"{folder} is not a token pack: it needs {PACK_INFO} and {PACK_TOKENS} "
+                        "(written by `python -m protot.train.gpu pack`)")
+    try:
+        meta = json.loads(info_path.read_text())
+        parts, total = meta["parts"], int(meta["tokens"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise PackError(f"{info_path} is not a valid pack description: {e}") from None
+    if meta.get("format") != PACK_FORMAT:
+        raise PackError(f"{info_path}: pack format {meta.get('format')!r}, this code reads {PACK_FORMAT}")
+    if tokens.stat().st_size != 2 * total:
+        raise PackError(f"{tokens} holds {tokens.stat().st_size} bytes, {info_path.name} says {2 * total} "
+                        "(truncated or from another pack)")
+    if verify and _file_sha256(tokens) != meta["sha256"]:
+        raise PackError(f"{tokens} does not match the sha256 in {info_path.name} (corrupted or modified)")
+    mm = np.memmap(tokens, dtype="<u2", mode="r")
+    out = {}
+    for name, p in parts.items():
+        lo, n = int(p["offset"]), int(p["tokens"])
+        if lo < 0 or n < 1 or lo + n > total:
+            raise PackError(f"{info_path}: part {name!r} ({lo}, {n}) lies outside the {total} tokens")
+        out[name] = mm[lo:lo + n]
+    return out, meta
