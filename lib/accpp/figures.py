@@ -1,36 +1,214 @@
-"""Figures for the ACC++ notebooks (compute first, plot second)."""
+"""Figures for the ACC++ notebooks (compute first, plot second).
+
+:func:`draw_circuit` draws a traced circuit as the interactive viewer does (``accpp.viewer``):
+x = layer (one column per layer the circuit uses; the embedding at the left, the logits at the
+right), y = token position (one band per position used, the prompt's token as the band's label).
+Inside a band, nodes share a row only when their columns leave room for a label between them,
+so no two nodes share a place and no labels overlap; a head firing from two sources at one
+position is labelled with each source (``26.2\u21903``). By default MLP and embedding nodes, the
+leaves that dominate a circuit by number, are collapsed into one node per layer (``M5``, ``E``)
+in a band of their own at the bottom, their edges merged. The label font is as large as the rows allow (``max_font`` at most).
+"""
 from __future__ import annotations
+
+import math
+from collections import defaultdict
 
 import matplotlib.pyplot as plt
 import networkx as nx
 
-from accpp.graph import layered_positions, signal_ranks
+from accpp.graph import KINDS, signal_ranks
 
-__all__ = ["draw_circuit", "rank_histogram"]
+__all__ = ["draw_circuit", "circuit_layout", "collapse_leaves", "rank_histogram"]
 
 _COLORS = {"head": "#4C72B0", "mlp": "#DD8452", "emb": "#55A868", "bias": "#8172B3", "offset": "#937860",
            "logits": "#C44E52"}
+_EDGE_STYLE = {"d": ("#1f77b4", "-", "query side (d)"), "s": ("#2ca02c", "--", "key side (s)"),
+               "seed": ("#C44E52", "-", "seed")}
+_SUB = {"offset": 0, "head": 1, "bias": 2, "mlp": 3, "emb": 4, "logits": 5}
+LEAVES = "leaves"  # the band of collapsed MLP and embedding nodes
+MIN_FONT = 5.0
 
 
-def draw_circuit(g: nx.MultiDiGraph, tokens: list[str], ax=None, title: str = ""):
-    """Layered drawing: x = token position, y = layer; edge colour = query ('d') or key ('s') side."""
-    ax = ax or plt.subplots(figsize=(11, 7))[1]
-    pos = layered_positions(g)
-    for side, color, style in (("d", "#1f77b4", "-"), ("s", "#2ca02c", "--"), ("seed", "#C44E52", "-")):
-        edges = [(u, v) for u, v, d in g.edges(data=True) if d["side"] == side]
-        nx.draw_networkx_edges(g, pos, edgelist=edges, ax=ax, edge_color=color, style=style, alpha=0.5,
-                               arrows=True, arrowsize=6, width=0.8, node_size=60)
+def collapse_leaves(g: nx.MultiDiGraph) -> nx.MultiDiGraph:
+    """A copy of ``g`` with its MLP nodes merged into one node per layer (``agg:M5``) and its
+    embedding nodes into one (``agg:E``); parallel edges of the same side between the same nodes
+    are merged, their weights summed."""
+    def key(n):
+        d = g.nodes[n]
+        if d["kind"] == "mlp":
+            return f"agg:M{d['layer']}"
+        if d["kind"] == "emb":
+            return "agg:E"
+        return n
+
+    out = nx.MultiDiGraph()
+    for n, d in g.nodes(data=True):
+        k = key(n)
+        if k == n:
+            out.add_node(n, **d)
+        elif k not in out:
+            out.add_node(k, kind=d["kind"], layer=d.get("layer", -1), dest=None, collapsed=0)
+        if k != n:
+            out.nodes[k]["collapsed"] += 1
+    merged: dict[tuple, dict] = {}
+    for u, v, d in g.edges(data=True):
+        ku, kv, side = key(u), key(v), d.get("side")
+        if (ku, kv) == (u, v):
+            out.add_edge(u, v, **d)
+            continue
+        m = merged.setdefault((ku, kv, side), {"side": side, "weight": 0.0, "n_merged": 0})
+        m["weight"] += float(d.get("weight") or 0.0)
+        m["n_merged"] += 1
+    for (ku, kv, _), d in merged.items():
+        out.add_edge(ku, kv, **d)
+    return out
+
+
+def circuit_layout(g: nx.MultiDiGraph, spacing: int = 1):
+    """(positions, columns, rows) of the layered drawing (see the module docstring).
+
+    Inside a band, nodes share a row only when their columns are at least ``spacing`` apart (room
+    for a label beside each). ``positions``: node -> (x, y), x the column index, y the row (0 at
+    the top); ``columns``: the layers in column order (-1: embedding, ``n_layers``: logits);
+    ``rows``: a list of (band, first row, number of rows), band a token position or ``LEAVES``.
+    """
+    if spacing < 1:
+        raise ValueError(f"spacing must be a positive number of columns, got {spacing!r}")
+    for n, d in g.nodes(data=True):
+        if d.get("kind") not in KINDS:
+            raise ValueError(f"node {n!r}: 'kind' must be one of {', '.join(KINDS)}; got {d.get('kind')!r}")
+    n_layers = max([int(d["layer"]) for _, d in g.nodes(data=True) if d["kind"] == "logits"] or
+                   [int(d["layer"]) + 1 for _, d in g.nodes(data=True) if d["kind"] != "emb"] or [0])
+
+    def column_layer(d):
+        return -1 if d["kind"] == "emb" else n_layers if d["kind"] == "logits" else int(d["layer"])
+
+    def band(n, d):
+        if str(n).startswith("agg:") or d.get("dest") is None:
+            return LEAVES
+        return int(d["dest"])
+
+    layers = sorted({column_layer(d) for _, d in g.nodes(data=True)})
+    col = {layer: i for i, layer in enumerate(layers)}
+    by_band: dict = defaultdict(list)
+    for n, d in g.nodes(data=True):
+        by_band[band(n, d)].append(n)
+    bands = sorted(b for b in by_band if b != LEAVES) + ([LEAVES] if LEAVES in by_band else [])
+    pos, rows, top = {}, [], 0
+    for b in bands:
+        nodes = sorted(by_band[b], key=lambda n: (col[column_layer(g.nodes[n])], _SUB.get(g.nodes[n]["kind"], 9),
+                                                  g.nodes[n].get("head") or 0, g.nodes[n].get("src") or 0, str(n)))
+        last: list[int] = []  # per row: the column of its rightmost node
+        for n in nodes:  # first fit, left to right: the fewest rows for this spacing
+            c = col[column_layer(g.nodes[n])]
+            r = next((i for i, lc in enumerate(last) if c - lc >= spacing), None)
+            if r is None:
+                r = len(last)
+                last.append(c)
+            last[r] = c
+            pos[n] = (c, top + r)
+        rows.append((b, top, len(last)))
+        top += len(last)
+    return pos, layers, rows
+
+
+def _label(n, d) -> str:
+    kind = d["kind"]
+    if str(n).startswith("agg:"):
+        return str(n)[4:]
+    if kind == "head":
+        return f"{d['layer']}.{d['head']}"
+    if kind == "offset":
+        return f"o{d['layer']}.{d['head']}"
+    return {"mlp": f"M{d.get('layer')}", "emb": "E", "bias": f"B{d.get('layer')}", "logits": "logit"}[kind]
+
+
+def draw_circuit(g: nx.MultiDiGraph, tokens: list[str], ax=None, title: str = "", *, collapse: bool = True,
+                 max_font: float = 10.0):
+    """Layered drawing (x = layer, y = token position; module docstring); edge colour and style:
+    query side ('d', solid blue), key side ('s', dashed green), seed (red). ``collapse`` merges
+    MLP and embedding nodes into one node per layer (bottom band). Returns the axes."""
+    if collapse:
+        g = collapse_leaves(g)
+    n_cols = len({(-1 if d["kind"] == "emb" else d.get("layer")) for _, d in g.nodes(data=True)}) or 1
+    if ax is None:
+        _, ax = plt.subplots(figsize=(max(6.0, 0.6 * n_cols + 2.5), 7.0))
+    fig = ax.figure
+    box = ax.get_window_extent()
+    height_pt, width_pt = box.height * 72 / fig.dpi, box.width * 72 / fig.dpi
+    col_pt = width_pt / (n_cols + 0.4)
+    labels = {n: _label(n, d) for n, d in g.nodes(data=True)}
+    seen: dict = defaultdict(list)  # a head firing twice at one position (two sources): name the source
+    for n, d in g.nodes(data=True):
+        if d["kind"] == "head":
+            seen[(labels[n], d.get("dest"))].append(n)
+    for same in seen.values():
+        if len(same) > 1:
+            for n in same:
+                labels[n] += f"\u2190{g.nodes[n].get('src')}"
+    chars = max(map(len, labels.values()), default=1)
+    # the largest font whose labels fit beside their nodes and whose rows fit the axes' height
+    font = MIN_FONT
+    for f in [max_font - 0.5 * i for i in range(int((max_font - MIN_FONT) / 0.5) + 1)]:
+        spacing = max(1, math.ceil((chars * 0.62 * f + 1.6 * f) / col_pt))
+        pos, layers, rows = circuit_layout(g, spacing)
+        n_rows = sum(h for *_, h in rows) or 1
+        if 1.25 * f <= height_pt / (n_rows + 0.6):
+            font = f
+            break
+    else:
+        spacing = max(1, math.ceil((chars * 0.62 * font + 1.6 * font) / col_pt))
+        pos, layers, rows = circuit_layout(g, spacing)
+        n_rows = sum(h for *_, h in rows) or 1
+    node_size = (0.8 * font) ** 2
+
+    for i, (b, top, h) in enumerate(rows):  # alternate band shading
+        if i % 2:
+            ax.axhspan(top - 0.5, top + h - 0.5, color="0.95", zorder=0, lw=0)
+    widths = [float(d.get("weight") or 0.0) for *_, d in g.edges(data=True)]
+    wmax = max(widths) if widths and max(widths) > 0 else 1.0
+    for side, (color, style, label) in _EDGE_STYLE.items():
+        edges = [(u, v, d) for u, v, d in g.edges(data=True) if d.get("side") == side]
+        if not edges:
+            continue
+        for leaf, alpha in ((False, 0.5), (True, 0.18)):  # edges from collapsed leaves drawn light
+            part = [(u, v, d) for u, v, d in edges if str(u).startswith("agg:") == leaf]
+            if part:
+                nx.draw_networkx_edges(g, pos, edgelist=[(u, v) for u, v, _ in part], ax=ax, edge_color=color,
+                                       style=style, alpha=alpha, arrows=True, arrowsize=6, node_size=node_size,
+                                       width=[0.4 + 1.8 * float(d.get("weight") or 0.0) / wmax for *_, d in part])
+        ax.plot([], [], color=color, ls=style, label=label)
     for kind, color in _COLORS.items():
         nodes = [n for n, d in g.nodes(data=True) if d["kind"] == kind]
-        nx.draw_networkx_nodes(g, pos, nodelist=nodes, ax=ax, node_color=color, node_size=60, label=kind)
-    heads = {n: f"{d['layer']}.{d['head']}" for n, d in g.nodes(data=True) if d["kind"] == "head"}
-    nx.draw_networkx_labels(g, {n: (x, y + 0.25) for n, (x, y) in pos.items() if n in heads}, labels=heads,
-                            font_size=6, ax=ax)
-    ax.set_xticks(range(len(tokens)))
-    ax.set_xticklabels([t.replace("\n", "\\n") for t in tokens], rotation=60, fontsize=7)
+        if nodes:
+            nx.draw_networkx_nodes(g, pos, nodelist=nodes, ax=ax, node_color=color, node_size=node_size,
+                                   label={"mlp": "MLP", "emb": "embedding"}.get(kind, kind))
+    for n, d in g.nodes(data=True):
+        x, y = pos[n]
+        ax.text(x + 0.12, y, labels[n], fontsize=font, va="center", ha="left", zorder=5, clip_on=False)
+
+    has_logits = any(d["kind"] == "logits" for _, d in g.nodes(data=True))
+    ax.set_xticks(range(len(layers)))
+    ax.set_xticklabels(["E" if l < 0 else "out" if has_logits and l == layers[-1] else str(l) for l in layers],
+                       fontsize=max(5.0, min(9.0, 0.5 * col_pt)))
+    yticks, ylabels = [], []
+    for b, top, h in rows:
+        yticks.append(top + (h - 1) / 2)
+        if b == LEAVES:
+            ylabels.append("MLP / emb\n(all positions)" if collapse else "leaves")
+        else:
+            tok = tokens[b].replace("\n", "\\n") if tokens is not None and 0 <= b < len(tokens) else ""
+            ylabels.append(f"{tok} [{b}]".strip())
+    ax.set_yticks(yticks)
+    ax.set_yticklabels(ylabels, fontsize=max(6.0, min(9.0, font)))
+    ax.set_xlim(-0.4, len(layers) - 0.4)
+    ax.set_ylim(n_rows - 0.4, -0.6)
+    ax.grid(False)
     ax.tick_params(left=True, labelleft=True, bottom=True, labelbottom=True)
-    ax.set_ylabel("layer")
-    ax.legend(fontsize=7, loc="upper left", ncols=3)
+    ax.set_xlabel("layer (E: embedding, out: logits)")
+    ax.set_ylabel("token position")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.09), ncols=4, frameon=False)
     ax.set_title(title, fontsize=9)
     return ax
 

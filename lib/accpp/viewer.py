@@ -3,6 +3,13 @@
     from accpp import viewer
     viewer.write_html(circuit, "build/circuit.html", title="IOI prompt 0")   # open with a browser
     viewer.show(circuit, title="IOI prompt 0")                               # inside a notebook
+    viewer.save(circuit, "accpp/ioi_prompt0", title="IOI prompt 0")          # in a notebook: both
+
+``save`` is what the notebooks use: it writes the page into the run's figure folder under the
+figure naming rule (``<run>/figures/accpp/01_ioi_prompt0_viewer.html`` in notebook ``accpp/01_ioi``,
+see :func:`compendium.plotting.prefixed`), from where ``compendium run --publish`` copies it into
+``papers/accpp/figures/`` and the book shows it on the paper's figures page; it also shows the page
+inline (:func:`show`), which is how the notebook's page in the book embeds it.
 
 The page needs no network: the circuit is inlined as JSON and drawn by a small script of our own
 (plain DOM + SVG, ``viewer_assets/viewer.js`` and ``viewer.css``, inlined into the page); a
@@ -52,7 +59,7 @@ from pathlib import Path
 
 import networkx as nx
 
-__all__ = ["write_html", "render_html", "page_data", "show", "iframe_html", "edge_ids", "component_name",
+__all__ = ["write_html", "render_html", "page_data", "show", "save", "iframe_html", "edge_ids", "component_name",
            "node_label", "DATA_ELEMENT_ID"]
 
 ASSETS = Path(__file__).with_name("viewer_assets")
@@ -332,7 +339,10 @@ def write_html(circuit_or_graph, path, *, title: str, tokens=None, descriptions=
 
 def iframe_html(circuit_or_graph, *, title: str, tokens=None, descriptions=None, height: int = 760) -> str:
     """A ``<div>`` holding an ``<iframe srcdoc=...>`` with the page (sandboxed: scripts allowed, nothing else)."""
-    page = render_html(circuit_or_graph, title=title, tokens=tokens, descriptions=descriptions)
+    return _iframe(render_html(circuit_or_graph, title=title, tokens=tokens, descriptions=descriptions), title, height)
+
+
+def _iframe(page: str, title: str, height: int) -> str:
     return (f"<div class=\"accpp-viewer-frame\"><iframe srcdoc=\"{html.escape(page, quote=True)}\" "
             f"sandbox=\"allow-scripts\" title=\"{html.escape(title, quote=True)}\" "
             f"style=\"width:100%;height:{int(height)}px;border:1px solid #ccc\"></iframe></div>")
@@ -346,3 +356,36 @@ def show(circuit, *, title: str | None = None, tokens=None, descriptions=None, h
         meta = getattr(circuit, "meta", None) or {}
         title = str(meta.get("text") or meta.get("model") or "ACC++ circuit")
     display(HTML(iframe_html(circuit, title=title, tokens=tokens, descriptions=descriptions, height=height)))
+
+
+VIEWER_SUFFIX = "_viewer"
+
+
+def save(circuit, name: str, *, title: str, tokens=None, descriptions=None, show: bool = True, height: int = 760):
+    """Write the page as a figure of this run and (``show``) display it; return its path.
+
+    ``name`` is ``"<paper>/<name>"`` as for :func:`compendium.plotting.savefig`; the file is
+    ``<run>/figures/<paper>/<NN>_<name>_viewer.html`` (NN the notebook's number, ``_viewer`` added
+    unless present), relative to the repository root in the returned path.
+    """
+    import re
+
+    from compendium import paths, runs
+    from compendium.plotting import SavedFigure, prefixed
+
+    if not isinstance(name, str) or name.count("/") != 1 or not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", name) \
+            or ".." in name:
+        raise ValueError(f"viewer page names look like '<paper>/<name>' (letters, digits, _ . -), "
+                         f"e.g. 'accpp/ioi_prompt0'; got {name!r}")
+    if not name.endswith(VIEWER_SUFFIX):
+        name += VIEWER_SUFFIX
+    page = render_html(circuit, title=title, tokens=tokens, descriptions=descriptions)
+    paper, fname = prefixed(name).split("/")
+    from compendium.atomic import write_text
+
+    path = write_text(runs.figures_dir(paper) / f"{fname}.html", page)
+    if show:
+        from IPython.display import HTML, display
+
+        display(HTML(_iframe(page, title, height)))
+    return SavedFigure(paths.display(path))

@@ -9,6 +9,14 @@ a staging folder that this module fills:
     <stage>/claims/<paper>.md            papers/<paper>/CLAIMS.md, one block per claim (fits the page width),
                                          and any claim of claims.yaml it does not list yet
     <stage>/figures/<paper>.md + PNGs    papers/<paper>/figures/ (the figures of the last published run)
+    <stage>/viewers/<paper>/*.html       the interactive circuit viewer pages published beside the figures
+                                         (``*_viewer.html``, written by ``accpp.viewer.save``)
+
+Circuit viewer pages are shown twice: on the notebook's page, where the notebook displayed them
+inline (an ``<iframe srcdoc>`` output of the executed copy), and on the paper's figures page, in
+an ``<iframe>`` of the page file, which the build copies next to it (``html/figures/<paper>/``).
+Both are self-contained (their data and script inlined, a Content-Security-Policy forbidding any
+other source), so they work from ``file://``.
 
 The Sphinx configuration (theme, offline MathJax, styles) is ``docs/book/conf.py``. Everything goes
 under ``build/book/``: the staged pages in ``src/``, the HTML in ``html/`` (open
@@ -16,6 +24,8 @@ under ``build/book/``: the staged pages in ``src/``, the HTML in ``html/`` (open
 in notebook outputs are rewritten relative to the repository before rendering.
 
 Which executed copy a notebook page shows, first match wins:
+0. with ``--run <run>`` (a folder name under ``build/runs/``), that run's copy where it completed
+   the notebook (to look at a run before it is published; figures pages still show ``papers/``),
 1. the run that ``papers/<paper>/results/PUBLISHED.json`` names for it (the published main run),
 2. the newest ``build/runs/<run>/`` whose ``status.json`` marks it completed,
 3. ``build/notebooks/<name>.ipynb`` (an executed copy written with ``--output``).
@@ -60,6 +70,7 @@ class Staged:
     source_only: list[str] = field(default_factory=list)          # notebooks shown without outputs
     papers: list[str] = field(default_factory=list)
     figures: dict[str, list[str]] = field(default_factory=dict)   # paper -> figure file names
+    viewers: dict[str, list[str]] = field(default_factory=dict)   # paper -> circuit viewer page names
 
 
 # ----------------------------------------------------------------------------------------------
@@ -125,9 +136,13 @@ def _stamp(entry: dict) -> float:
         return 0.0
 
 
-def find_executed(name: str) -> Executed | None:
+def find_executed(name: str, prefer_run: str | None = None) -> Executed | None:
     """The executed copy of notebook ``name`` the book shows (see the module docstring), or None."""
     runs_dir = paths.output_dir() / "runs"
+    if prefer_run:
+        found = _executed_in(runs_dir / prefer_run, name)
+        if found:
+            return found
     for run_name in _published_runs(name):
         found = _executed_in(runs_dir / run_name, name)
         if found:
@@ -189,11 +204,11 @@ def _markdown_cell(text: str):
     return nbformat.v4.new_markdown_cell(text)
 
 
-def _stage_notebook(name: str, dest: Path, pairs) -> Executed | None:
+def _stage_notebook(name: str, dest: Path, pairs, prefer_run: str | None = None) -> Executed | None:
     import jupytext
     import nbformat
 
-    found = find_executed(name)
+    found = find_executed(name, prefer_run)
     if found:
         nb = nbformat.read(found.path, as_version=4)
         where = f"run `{found.run}`" if found.run else "an executed copy outside a run folder"
@@ -313,7 +328,34 @@ def _missing_claims(page: str, paper: str) -> str:
     return "\n".join(out)
 
 
-def _figures_page(paper: str, files: list[str], names: set[str]) -> str:
+VIEWER_GLOB = "*_viewer.html"
+VIEWER_HEIGHT = 760
+
+
+def _notebook_of(paper: str, fname: str, names: set[str]) -> list[str]:
+    return [n for n in names if n.startswith(f"{paper}/") and fname.startswith(n.split("/", 1)[1][:3])]
+
+
+def _viewers_section(paper: str, viewers: list[str], names: set[str]) -> list[str]:
+    if not viewers:
+        return []
+    lines = ["## Interactive circuit viewers", "",
+             "Each traced circuit as the notebook saved it: hover (click to pin) a node for its firing, an "
+             "edge for its signal. The pages need no network; each also opens on its own.", ""]
+    for fname in viewers:
+        stem = Path(fname).stem
+        by = _notebook_of(paper, fname, names)
+        src = f"{paper}/{fname}"
+        lines += [f"### {stem}", "",
+                  f'<iframe class="accpp-viewer-page" src="{src}" title="{stem}" sandbox="allow-scripts" '
+                  f'style="width:100%;height:{VIEWER_HEIGHT}px;border:1px solid #ccc" loading="eager"></iframe>', "",
+                  f'<p><a class="accpp-viewer-link" href="{src}">Open {fname} on its own</a></p>', ""]
+        if len(by) == 1:
+            lines += [f"From {_link_notebook(by[0], names, '../')}.", ""]
+    return lines
+
+
+def _figures_page(paper: str, files: list[str], names: set[str], viewers: list[str] = ()) -> str:
     lines = [f"# Figures: {paper}", "", f"*{_paper_title(paper)}*", "",
              f"The figures of the last published run (`papers/{paper}/figures/`). "
              "Each notebook page shows the same figures where they were made.", ""]
@@ -321,15 +363,19 @@ def _figures_page(paper: str, files: list[str], names: set[str]) -> str:
         lines.append("No figure has been published yet (`make all` publishes them).")
     for fname in files:
         stem = Path(fname).stem
-        by = [n for n in names if n.startswith(f"{paper}/") and stem.startswith(n.split("/", 1)[1][:3])]
+        by = _notebook_of(paper, fname, names)
         lines += [f"## {stem}", "", f"```{{figure}} {paper}/{fname}", f":alt: {stem}", ":width: 100%", ""]
         lines.append(f"`{fname}`" + (f", from {_link_notebook(by[0], names, '../')}" if len(by) == 1 else ""))
         lines += ["```", ""]
+    lines += _viewers_section(paper, list(viewers), names)
     return "\n".join(lines)
 
 
-def stage(folder: Path) -> Staged:
+def stage(folder: Path, prefer_run: str | None = None) -> Staged:
     """Fill ``folder`` (emptied first) with the book's pages; see the module docstring."""
+    if prefer_run and not (paths.output_dir() / "runs" / prefer_run / "status.json").is_file():
+        raise ValueError(f"--run {prefer_run!r}: no run folder {paths.display(paths.output_dir() / 'runs' / prefer_run)} "
+                         "with a status.json")
     folder = Path(folder)
     if folder.exists():
         shutil.rmtree(folder)
@@ -339,7 +385,7 @@ def stage(folder: Path) -> Staged:
     notebook_names = _notebook_names()
     names = set(notebook_names)
     for name in notebook_names:
-        found = _stage_notebook(name, folder / "notebooks" / f"{name}.ipynb", pairs)
+        found = _stage_notebook(name, folder / "notebooks" / f"{name}.ipynb", pairs, prefer_run)
         if found:
             out.executed[name] = found
         else:
@@ -359,8 +405,14 @@ def stage(folder: Path) -> Staged:
         (folder / "figures" / paper).mkdir(parents=True, exist_ok=True)
         for fname in files:
             shutil.copy2(src / fname, folder / "figures" / paper / fname)
-        (folder / "figures" / f"{paper}.md").write_text(_figures_page(paper, files, names), encoding="utf-8")
+        viewers = sorted(p.name for p in src.glob(VIEWER_GLOB) if p.is_file())
+        for fname in viewers:
+            (folder / "viewers" / paper).mkdir(parents=True, exist_ok=True)
+            (folder / "viewers" / paper / fname).write_text(scrub((src / fname).read_text(encoding="utf-8"), pairs),
+                                                            encoding="utf-8")
+        (folder / "figures" / f"{paper}.md").write_text(_figures_page(paper, files, names, viewers), encoding="utf-8")
         out.figures[paper] = files
+        out.viewers[paper] = viewers
 
     readme = (paths.repo_root() / "README.md").read_text(encoding="utf-8")
     index = [_readme_page(readme, names, out.papers).rstrip(), "", "## About this book", ""]
@@ -393,14 +445,14 @@ def conf_dir() -> Path:
 
 
 def build(out: Path | None = None, *, stage_dir: Path | None = None, strict: bool = False,
-          quiet: bool = True) -> tuple[Path, Staged, list[str]]:
+          quiet: bool = True, prefer_run: str | None = None) -> tuple[Path, Staged, list[str]]:
     """Stage the pages and run Sphinx; return the path of ``index.html``, what was staged and
     Sphinx's warnings. ``strict`` makes a warning (a broken link, a missing figure) an error."""
     out = Path(out) if out else paths.output_dir() / "book" / "html"
     stage_dir = Path(stage_dir) if stage_dir else out.parent / "src"
     if out.resolve() == stage_dir.resolve() or stage_dir.resolve() in out.resolve().parents:
         raise ValueError(f"the book's output folder {out} must not be (inside) its staging folder {stage_dir}")
-    staged = stage(stage_dir)
+    staged = stage(stage_dir, prefer_run)
     cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-c", str(conf_dir()), "-d", str(stage_dir / ".doctrees"),
            "-j", "1", "-E", "--keep-going"]
     if strict:
@@ -413,6 +465,11 @@ def build(out: Path | None = None, *, stage_dir: Path | None = None, strict: boo
     if proc.returncode != 0:
         raise RuntimeError(f"sphinx-build failed (exit {proc.returncode}):\n{scrub(proc.stdout[-4000:])}\n"
                            f"{scrub(proc.stderr[-8000:])}")
+    for paper, viewers in staged.viewers.items():  # beside the figures page that frames them
+        for fname in viewers:
+            dest = out / "figures" / paper / fname
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(stage_dir / "viewers" / paper / fname, dest)
     return out / "index.html", staged, warnings
 
 
@@ -421,18 +478,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="HTML output folder (default build/book/html)")
     parser.add_argument("--stage", default=None, help="staging folder for the pages (default: src/ beside the output folder)")
     parser.add_argument("--strict", action="store_true", help="fail on any Sphinx warning")
+    parser.add_argument("--run", default=None, metavar="RUN",
+                        help="show this run's executed notebooks first (a folder name under build/runs/)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
         index, staged, warnings = build(Path(args.out) if args.out else None,
-                                        stage_dir=Path(args.stage) if args.stage else None, strict=args.strict)
-    except RuntimeError as err:
+                                        stage_dir=Path(args.stage) if args.stage else None, strict=args.strict,
+                                        prefer_run=args.run)
+    except (RuntimeError, ValueError) as err:
         print(f"book: {err}", file=sys.stderr)
         return 1
     for line in warnings:
         print(line, file=sys.stderr)
     print(f"book: {paths.display(index)} ({len(staged.executed)} executed notebook page(s), "
           f"{len(staged.source_only)} from source, {sum(map(len, staged.figures.values()))} figures, "
+          f"{sum(map(len, staged.viewers.values()))} circuit viewer page(s), "
           f"{len(warnings)} Sphinx warning(s); {time.perf_counter() - start:.0f} s)")
     for name in staged.source_only:
         print(f"  {name}: no executed copy found, shown from its source without outputs")

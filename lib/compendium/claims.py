@@ -367,7 +367,7 @@ class Measurement:
 
     ``values`` holds the named quantities the claim's check and preconditions read (numbers,
     bools, short lists); ``evidence`` supporting numbers worth keeping; ``tables`` the data
-    behind each figure (written as ``<run>/figures/<paper>/<name>.csv``); ``config`` the
+    behind each figure (written as ``<run>/figures/<paper>/<NN>_<name>.csv``, NN the notebook's number); ``config`` the
     parameters of the measurement; ``note`` prose (format measured numbers from ``values``).
     """
     claim: str
@@ -531,7 +531,10 @@ def conclude(m: Measurement, *, profile: str, seed: int | None = None) -> Verdic
     config = _jsonable(m.config)
     _check_types(claim, values)
     status, conds, pre, reason = evaluate(claim, values, profile)
-    table_names = [f"{n}.csv" for n in m.tables]
+    from compendium.plotting import prefixed  # the figure folder's name rule (the notebook's number first)
+
+    table_files = {n: prefixed(f"{n}.csv") for n in m.tables}
+    table_names = list(table_files.values())
     entry = {
         "format": 2,
         "claim": claim.key,
@@ -562,7 +565,7 @@ def conclude(m: Measurement, *, profile: str, seed: int | None = None) -> Verdic
             import pandas as pd
 
             keep_index = not isinstance(table.index, pd.RangeIndex) if hasattr(table, "index") else False
-            with atomic.atomic_path(folder / f"{name}.csv") as tmp:
+            with atomic.atomic_path(folder / table_files[name]) as tmp:
                 table.to_csv(tmp, index=keep_index)
     verdict = Verdict(claim=claim, profile=profile, seed=seed, status=status, value=entry["value"],
                       values=values, conditions=conds, preconditions=pre, reason=reason,

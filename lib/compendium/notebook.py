@@ -18,6 +18,15 @@ from compendium import paths, profiles, runs
 from compendium.offline import apply_offline_defaults
 
 
+def current_name() -> str | None:
+    """The notebook this process runs: the runner's (``COMPENDIUM_NOTEBOOK``), else, in an
+    interactive kernel, the name :func:`start` wrote into its run folder's params.json, else None."""
+    name = runs.notebook_name()
+    if name or os.environ.get(runs.RUN_ENV):
+        return name
+    return runs.read_json(runs.current() / "params.json").get("notebook") or None
+
+
 @dataclass(frozen=True)
 class Notebook:
     name: str

@@ -5,6 +5,13 @@ notebooks have run. For each notebook that completed, the results it recorded go
 ``papers/<paper>/results/`` and its figures (and their CSV data) to ``papers/<paper>/figures/``;
 nothing of a notebook that failed or did not run is copied. Then every ``CLAIMS.md`` is rebuilt.
 
+Figure files carry their notebook's number (``05_concept_coherence.png``, see
+:func:`compendium.plotting.prefixed`). A completed notebook's figures replace its earlier ones:
+the files of ``papers/<paper>/figures/`` that start with its number (``05_``) and that this run
+did not write are removed, and so is the unnumbered name of each file it wrote
+(``concept_coherence.png`` beside a new ``05_concept_coherence.png``: the name from before the
+rule). A number that two notebooks of a paper share removes nothing by prefix.
+
 All or nothing: every result to be published is read and checked, and every table is built in
 memory, before the first file is written; a malformed results file (new or already published)
 raises :class:`compendium.tables.ResultsFileError` naming it, and ``papers/`` stays as it was.
@@ -25,6 +32,7 @@ class Published:
     run: Path
     results: list[Path] = field(default_factory=list)
     figures: list[Path] = field(default_factory=list)
+    removed: list[Path] = field(default_factory=list)             # stale figure files deleted
     tables: list[Path] = field(default_factory=list)
     completed: list[str] = field(default_factory=list)
     not_completed: dict[str, str] = field(default_factory=dict)   # name -> status
@@ -32,7 +40,8 @@ class Published:
 
     def summary(self) -> str:
         lines = [f"published run {paths.display(self.run)}: {len(self.results)} result(s), "
-                 f"{len(self.figures)} figure file(s) from {len(self.completed)} completed notebook(s); "
+                 f"{len(self.figures)} figure file(s) from {len(self.completed)} completed notebook(s)"
+                 + (f", {len(self.removed)} stale figure file(s) removed" if self.removed else "") + "; "
                  f"rebuilt {len(self.tables)} claims table(s)"]
         for name, status in self.not_completed.items():
             lines.append(f"  not published: {name} ({status})")
@@ -118,16 +127,45 @@ def publish(run: Path) -> Published:
         published_info[paper] = info
         merged_tables[paper] = tables.build_table(paper, results, info)
 
-    # write: results, figures, PUBLISHED.json, then the tables
+    stale = {p: _stale_figures(p, new_figures[p], [n for n in out.completed
+                                                     if p in _paper_of_notebook(n, papers, owners) or n in writers[p]])
+             for p in papers}
+
+    # write: results, figures (stale ones removed), PUBLISHED.json, then the tables
     for paper in papers:
         for fname, src in sorted(new_results[paper].items()):
             out.results.append(_copy(src, paths.results_dir(paper) / fname))
         for fname, src in sorted(new_figures[paper].items()):
             out.figures.append(_copy(src, paths.published_figures_dir(paper) / fname))
+        for path in stale[paper]:
+            path.unlink(missing_ok=True)
+            out.removed.append(path)
         if published_info[paper]:
             atomic.write_json(paths.results_dir(paper) / tables.PUBLISHED, published_info[paper])
     out.tables = tables.write_tables(merged_tables)
     return out
+
+
+def _stale_figures(paper: str, new: dict[str, Path], notebooks: list[str]) -> list[Path]:
+    """Published figure files of ``paper`` that the completed ``notebooks`` replace (module docstring)."""
+    from compendium import runner
+    from compendium.plotting import notebook_prefix
+
+    folder = paths.published_figures_dir(paper)
+    if not folder.is_dir() or not notebooks:
+        return []
+    existing = {p.name: p for p in folder.iterdir() if p.is_file()}
+    all_prefixes = [notebook_prefix(n) for n in runner.list_notebooks() if n.split("/", 1)[0] == paper]
+    out = set()
+    for name in notebooks:
+        prefix = notebook_prefix(name)
+        if not prefix:
+            continue
+        if all_prefixes.count(prefix) <= 1:
+            out |= {f for f in existing if f.startswith(prefix) and f not in new}
+        out |= {f[len(prefix):] for f in new if f.startswith(prefix) and f[len(prefix):] in existing
+                and f[len(prefix):] not in new}
+    return [existing[f] for f in sorted(out)]
 
 
 def _copy(src: Path, dest: Path) -> Path:

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from accpp import datasets, figures
+from accpp import datasets, figures, viewer
 from accpp import teaching as tch
 from accpp.arch import from_model
 from accpp.decompose import Decomposition, collect, head_svds
@@ -537,6 +537,14 @@ fig, ax = plt.subplots(figsize=(10, 6))
 figures.draw_circuit(g, tokens, ax=ax, title=f"ACC++ circuit, SmolLM2-135M, {prompt.text!r} -> {prompt.io!r}")
 plotting.savefig(fig, "accpp/00_circuit", profile=nb.profile)
 nxt.sort_values("A", ascending=False).head(10)
+
+# %% [markdown]
+# The same circuit in the interactive viewer (x: layer, y: token position; hover or click a node for
+# its firing, an edge for its signal; the page is also saved beside the figures,
+# `accpp/00_circuit_viewer.html`, and opens in any browser without a network).
+
+# %%
+viewer.save(circuit, "accpp/00_circuit", title=f"ACC++ circuit, SmolLM2-135M, {prompt.text!r} -> {prompt.io!r}")
 
 # %% [markdown]
 # ## 9. Summary

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from accpp import figures
+from accpp import figures, viewer
 from accpp import pronouns as pr
 from accpp.acc import acc_trace
 from accpp.graph import save_circuit
@@ -117,6 +117,16 @@ circuit_table = pd.DataFrame([dict(model=m, text=c.meta["text"], gender=c.meta["
                                    head_seeds=len(pr.head_seeds(c.graph)), seconds=c.seconds)
                               for m, r in results.items() for c in r["circuits"]])
 circuit_table.round(3)
+
+# %% [markdown]
+# The same circuits in the interactive viewer, one page per model (also saved beside the figures as
+# `accpp/06_gendered_pronoun_circuit_<model>_viewer.html`; they open in any browser without a network).
+
+# %%
+for m, r in results.items():
+    c = max(r["circuits"], key=lambda c: c.graph.number_of_nodes())
+    viewer.save(c, f"accpp/06_gendered_pronoun_circuit_{m}",
+                title=f"{m}: {c.meta['text']!r} -> {pr.PRONOUNS[c.meta['gender']]!r}")
 
 # %% [markdown]
 # ## 3. ACC++ against ACC on the same prompts

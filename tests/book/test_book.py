@@ -1,11 +1,13 @@
 """The offline book (``make book``), built from a small copy of the compendium and opened in Chromium.
 
 The copy holds the real README, claims and figures, three notebooks, and a run folder in which
-one notebook completed (with a figure, maths, a widget and a machine path among its outputs) and one
-failed.
+one notebook completed (with a figure, maths, a widget, a circuit viewer shown inline and a machine
+path among its outputs) and one failed; a circuit viewer page is published beside the ACC++ figures.
 Every page must load from ``file://`` with no request leaving the machine and no console error;
 every image must load; maths must be typeset; every claim id must be on its paper's claims page;
-no page may contain a machine path. The same checks run on the main build when there is one.
+every circuit viewer (inline in a notebook page or framed on a figures page) must load, with no
+console error and no external request, and draw every node of its circuit; no page may contain a
+machine path. The same checks run on the main build when there is one.
 """
 from __future__ import annotations
 
@@ -46,8 +48,29 @@ def _png() -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
+def _tiny_circuit():
+    """A four-node traced circuit in the tracer's graph form (an embedding, an MLP, a head, the logits)."""
+    import networkx as nx
+
+    g = nx.MultiDiGraph()
+    g.add_node("E@1", kind="emb", dest=1)
+    g.add_node("M0@1", kind="mlp", layer=0, dest=1)
+    g.add_node("A1.0@2<1", kind="head", layer=1, head=0, dest=2, src=1)
+    g.add_node("logits@2", kind="logits", layer=2, dest=2)
+    g.add_edge("E@1", "A1.0@2<1", side="s", token=1, weight=0.5, sing=[0])
+    g.add_edge("M0@1", "A1.0@2<1", side="d", token=2, weight=0.2, sing=[1, 2])
+    g.add_edge("A1.0@2<1", "logits@2", side="seed", token=2, weight=1.0)
+    return g
+
+
+VIEWER_PAGE = "00_tiny_circuit_viewer.html"
+
+
 def _executed_tour(fixture_root: Path) -> nbformat.NotebookNode:
-    """00_tour as if a run had executed it: text, a figure, LaTeX and a machine path in its outputs."""
+    """00_tour as if a run had executed it: text, a figure, LaTeX, a widget, a circuit viewer shown
+    inline (``accpp.viewer.show``'s output) and a machine path in its outputs."""
+    from accpp import viewer
+
     import jupytext
 
     nb = jupytext.read(ROOT / "notebooks" / "00_tour.py")
@@ -61,6 +84,9 @@ def _executed_tour(fixture_root: Path) -> nbformat.NotebookNode:
     code[3].outputs = [nbformat.v4.new_output("display_data", data={
         "application/vnd.jupyter.widget-view+json": {"model_id": "f00d", "version_major": 2, "version_minor": 0},
         "text/plain": "tokens: 100%|##########| 3/3"})]
+    code[4].outputs = [nbformat.v4.new_output("display_data", data={
+        "text/html": viewer.iframe_html(_tiny_circuit(), title="tiny circuit", tokens=["a", "b", "c"]),
+        "text/plain": "<IPython.core.display.HTML object>"})]
     nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {
         "state": {}, "version_major": 2, "version_minor": 0}}
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -80,6 +106,12 @@ def fixture_book(tmp_path_factory):
         for name in ("claims.yaml", "CLAIMS.md"):
             shutil.copy2(ROOT / "papers" / paper / name, dest / name)
         shutil.copytree(ROOT / "papers" / paper / "figures", dest / "figures")
+        for old in (dest / "figures").glob("*_viewer.html"):
+            old.unlink()
+    from accpp import viewer
+
+    viewer.write_html(_tiny_circuit(), root / "papers" / "accpp" / "figures" / VIEWER_PAGE, title="tiny circuit",
+                      tokens=["a", "b", "c"])
     for name in NOTEBOOKS:
         (root / "notebooks" / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / "notebooks" / f"{name}.py", root / "notebooks" / f"{name}.py")
@@ -103,7 +135,9 @@ def fixture_book(tmp_path_factory):
 
 
 def _pages(html: Path) -> list[Path]:
-    return sorted(p for p in html.rglob("*.html") if not p.relative_to(html).parts[0].startswith("_"))
+    """The book's pages (not the circuit viewer pages that figures pages frame: check_viewers checks those)."""
+    return sorted(p for p in html.rglob("*.html")
+                  if not p.relative_to(html).parts[0].startswith("_") and not p.name.endswith("_viewer.html"))
 
 
 def _wait_for_maths(page) -> int:
@@ -114,13 +148,43 @@ def _wait_for_maths(page) -> int:
     return page.locator("mjx-container").count()
 
 
-def check_book(html: Path, watched, forbidden: list[str]) -> None:
+VIEWER_STATE = """() => {
+  const data = document.getElementById('accpp-circuit-data');
+  if (!data || !document.getElementById('accpp-viewer')) return null;
+  return {nodes: JSON.parse(data.textContent).nodes.length,
+          drawn: document.querySelectorAll('#accpp-viewer svg g.node').length};
+}"""
+
+
+def check_viewers(page, rel: str) -> int:
+    """Every circuit viewer framed in ``page`` drew every node of its circuit; returns how many there are."""
+    frames = page.locator("iframe")
+    n_frames = frames.count()
+    checked = 0
+    for i in range(n_frames):
+        frame = frames.nth(i).element_handle().content_frame()
+        assert frame is not None, f"{rel}: iframe {i} has no document"
+        frame.wait_for_load_state("load")
+        is_viewer = frame.evaluate("() => !!document.getElementById('accpp-circuit-data')")
+        if not is_viewer:
+            continue
+        frame.wait_for_selector("#accpp-viewer svg g.node", timeout=15_000)
+        state = frame.evaluate(VIEWER_STATE)
+        assert state and state["nodes"] > 0 and state["drawn"] == state["nodes"], \
+            f"{rel}: viewer {i} drew {state and state['drawn']} of {state and state['nodes']} nodes"
+        checked += 1
+    return checked
+
+
+def check_book(html: Path, watched, forbidden: list[str]) -> int:
+    """Check every page (module docstring); returns the number of circuit viewers checked."""
     pages = _pages(html)
     expected = {"index.html", *(f"claims/{p}.html" for p in PAPERS), *(f"figures/{p}.html" for p in PAPERS)}
     assert expected <= {p.relative_to(html).as_posix() for p in pages}
     claim_ids = {paper: [c["id"] for c in yaml.safe_load((ROOT / "papers" / paper / "claims.yaml").read_text())["claims"]]
                  for paper in PAPERS}
     w = watched("book")
+    n_viewers = 0
     for page_file in pages:
         rel = page_file.relative_to(html).as_posix()
         w.name = rel.replace("/", "_")
@@ -146,12 +210,34 @@ def check_book(html: Path, watched, forbidden: list[str]) -> None:
             assert published, f"no published figures in papers/ for {rel}"
             shown = w.page.locator(".bd-article img").count()
             assert shown == len(published), f"{rel} shows {shown} figures of {len(published)} published"
+            viewers = sorted(p.name for p in (html.parent.parent.parent / "papers" / stem.removesuffix(".html") /
+                                              "figures").glob("*_viewer.html"))
+            framed = w.page.locator("iframe.accpp-viewer-page").count()
+            assert framed == len(viewers), f"{rel} frames {framed} circuit viewers of {len(viewers)} published"
+        n_viewers += check_viewers(w.page, rel)
         w.assert_clean()
+    return n_viewers
 
 
 def test_fixture_book_pages_load_offline(fixture_book, watched):
     html, _, root = fixture_book
-    check_book(html, watched, [str(root), str(ROOT), str(Path.home()) + "/"])
+    # the tour's inline viewer and the framed page on the ACC++ figures page
+    assert check_book(html, watched, [str(root), str(ROOT), str(Path.home()) + "/"]) == 2
+    assert (html / "figures" / "accpp" / VIEWER_PAGE).is_file()
+
+
+def test_a_viewer_that_fails_to_draw_is_caught(fixture_book, watched, tmp_path):
+    """check_viewers fails on a viewer whose script does not run (so the checks above can fail)."""
+    html, _, _ = fixture_book
+    page = (html / "figures" / "accpp" / VIEWER_PAGE).read_text(encoding="utf-8")
+    broken = tmp_path / "broken.html"
+    broken.write_text(page.replace("<script>\n", "<script type=\"text/plain\">\n"), encoding="utf-8")
+    host = tmp_path / "host.html"
+    host.write_text(f'<!DOCTYPE html><html><body><iframe src="{broken.name}"></iframe></body></html>', encoding="utf-8")
+    w = watched("broken-viewer")
+    w.page.goto(host.as_uri(), wait_until="load")
+    with pytest.raises(Exception):
+        check_viewers(w.page, "host.html")
 
 
 def test_fixture_book_shows_the_completed_run_and_marks_sources(fixture_book, watched):
@@ -182,4 +268,6 @@ def test_main_build_pages_load_offline(watched):
     html = ROOT / "build" / "book" / "html"
     if not (html / "index.html").is_file():
         pytest.skip("no main build of the book (build/book/html): `make book` or `make all` makes it")
-    check_book(html, watched, [str(ROOT), str(Path.home()) + "/"])
+    embedded = sum(p.read_text(encoding="utf-8").count(marker) for p in _pages(html)
+                   for marker in ('class="accpp-viewer-frame"', 'class="accpp-viewer-page"'))
+    assert check_book(html, watched, [str(ROOT), str(Path.home()) + "/"]) == embedded

@@ -110,3 +110,13 @@ def test_claims_missing_from_an_older_claims_table_are_listed(monkeypatch, tmp_p
     extra = book._missing_claims(page, "p")
     assert "## alpha" not in extra and "## gamma" in extra and "Gamma is new." in extra
     assert "make claims" in extra
+
+
+def test_a_named_run_comes_first_where_it_completed_the_notebook(output):
+    _run(output, "20990101T000000Z-cpu-s0", "2099-01-01T00:00:00+00:00", {"x/01": "completed", "x/02": "completed"})
+    _run(output, "20990102T000000Z-cpu-s0", "2099-01-02T00:00:00+00:00", {"x/01": "completed", "x/02": "failed"})
+    assert book.find_executed("x/01", "20990101T000000Z-cpu-s0").run == "20990101T000000Z-cpu-s0"
+    assert book.find_executed("x/01").run == "20990102T000000Z-cpu-s0"
+    assert book.find_executed("x/02", "20990102T000000Z-cpu-s0").run == "20990101T000000Z-cpu-s0"  # failed there
+    with pytest.raises(ValueError, match="no run folder"):
+        book.stage(output / "stage", "20990109T000000Z-cpu-s0")

@@ -181,3 +181,65 @@ def test_cli_publish_of_an_existing_run_folder(run_dir, demo_root, capsys):
     assert (demo_root / "papers" / "demo" / "results" / "gain.cpu.json").exists()
     with pytest.raises(ValueError, match="is not a run folder made by `compendium run`"):
         publish.publish(demo_root / "build")
+
+
+# -- figure names: the notebook's number first, and publish drops what a notebook replaced ---------
+@pytest.mark.parametrize("name, notebook, expected", [
+    ("protot/concept_coherence", "protot/05_concept_labels", "protot/05_concept_coherence"),
+    ("protot/05_concept_coherence", "protot/05_concept_labels", "protot/05_concept_coherence"),  # not doubled
+    ("accpp/00_seeds", "accpp/00_method", "accpp/00_seeds"),
+    ("accpp/006_x", "accpp/00_method", "accpp/00_006_x"),         # "00" then "6_...": a different prefix
+    ("curve.csv", "demo/12_long", "12_curve.csv"),
+    ("protot/concept_coherence", "protot/intro", "protot/concept_coherence"),  # an unnumbered notebook
+])
+def test_prefixed(name, notebook, expected):
+    assert plotting.prefixed(name, notebook) == expected
+    assert plotting.prefixed(expected, notebook) == expected      # idempotent
+
+
+def test_figures_and_tables_carry_the_running_notebooks_number(run_dir, monkeypatch):
+    import pandas as pd
+
+    assert _figure("demo/curve").endswith("/figures/demo/curve.png")  # no notebook named: the name as given
+    monkeypatch.setenv(runs.NOTEBOOK_ENV, "demo/01_good")
+    assert _figure("demo/curve").endswith("/figures/demo/01_curve.png")
+    assert _figure("demo/01_other").endswith("/figures/demo/01_other.png")
+    claims.conclude(claims.Measurement("demo/gain", dict(GOOD), tables={"gain_curve": pd.DataFrame({"a": [1]})}),
+                    profile="cpu", seed=0)
+    assert (run_dir / "figures" / "demo" / "01_gain_curve.csv").is_file()
+    assert not (run_dir / "figures" / "demo" / "gain_curve.csv").exists()
+    entry = json.loads((run_dir / "results" / "demo" / "gain.cpu.json").read_text())
+    assert entry["tables"] == ["01_gain_curve.csv"]
+
+
+def test_an_interactive_kernel_takes_the_number_from_notebook_start(demo_root):
+    from compendium import notebook
+
+    notebook.start("demo/02_bad", "cpu", 0, "cpu", threads=None)
+    assert _figure("demo/curve").endswith("/figures/demo/02_curve.png")
+
+
+def test_publish_removes_the_figures_a_republished_notebook_replaced(run_dir, demo_root, monkeypatch):
+    published = demo_root / "papers" / "demo" / "figures"
+    published.mkdir(parents=True)
+    for old in ("curve.png", "gain_curve.csv", "01_dropped.png", "02_theirs.png", "unrelated.png", "curve_b.png"):
+        (published / old).write_bytes(b"old")
+
+    def good():
+        monkeypatch.setenv(runs.NOTEBOOK_ENV, "demo/01_good")
+        _good()
+        _figure("demo/curve")
+
+    def bad():  # fails: its figures stay as they were, even those starting with its number
+        monkeypatch.setenv(runs.NOTEBOOK_ENV, "demo/02_bad")
+        _figure("demo/theirs")
+        raise AssertionError
+
+    _as_notebook(run_dir, "demo/01_good", runs.COMPLETED, good)
+    _as_notebook(run_dir, "demo/02_bad", runs.FAILED, bad)
+    out = publish.publish(run_dir)
+    assert sorted(p.name for p in published.iterdir()) == [
+        "01_curve.png", "01_gain_curve.csv", "01_good.png", "02_theirs.png", "curve_b.png", "unrelated.png"]
+    assert sorted(p.name for p in out.removed) == ["01_dropped.png", "curve.png", "gain_curve.csv"]
+    assert (published / "02_theirs.png").read_bytes() == b"old"
+    assert "3 stale figure file(s) removed" in out.summary()
