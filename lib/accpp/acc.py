@@ -60,7 +60,7 @@ from accpp.decompose import KIND_BIAS, KIND_EMB, KIND_HEAD, KIND_MLP, KIND_NAMES
 from accpp.signals import FiringSolver
 from accpp.trace import Circuit, Tracer, answer_direction, node_id, seeds
 
-__all__ = ["ACCConfig", "acc_trace", "KEEP_FRACTION", "select_singular", "top_share"]
+__all__ = ["ACCConfig", "acc_trace", "KEEP_FRACTION", "select_singular", "top_share", "measure_smaller_than_acc"]
 
 KEEP_FRACTION = 0.7
 
@@ -248,3 +248,36 @@ def _firing_contributors(solver: FiringSolver, arch, cfg: ACCConfig, L: int, a: 
         Ck, lab_k = keys[s_idx]
         contrib_k = Ck @ w_k
     return [("d", d, contrib_q, lab_q, K), ("s", s, contrib_k, lab_k, K)]
+
+
+def measure_smaller_than_acc(acc_table, accuracy: float, config: dict | None = None):
+    """Claim accpp/smaller-than-acc: mean ACC / ACC++ node ratio over prompts traced by both.
+
+    ``acc_table``: one row per prompt with ``accpp_nodes``, ``acc_nodes``, ``legacy_nodes`` (the raw-score
+    baseline, :meth:`ACCConfig.legacy`), ``acc_truncated`` and ``legacy_truncated``; the ratio columns
+    ``ratio`` and ``legacy_ratio`` are added here (to a copy) when absent.
+    """
+    from compendium.claims import Measurement
+
+    need = ("accpp_nodes", "acc_nodes", "legacy_nodes", "acc_truncated", "legacy_truncated")
+    missing = [c for c in need if c not in acc_table]
+    if missing:
+        raise ValueError(f"measure_smaller_than_acc: the table lacks column(s) {missing}")
+    if len(acc_table) == 0:
+        raise ValueError("measure_smaller_than_acc: no compared prompts")
+    if (acc_table["accpp_nodes"] <= 0).any():
+        raise ValueError("measure_smaller_than_acc: an ACC++ circuit with no nodes (ratio undefined)")
+    t = acc_table.copy()
+    t["ratio"] = t["acc_nodes"] / t["accpp_nodes"]
+    t["legacy_ratio"] = t["legacy_nodes"] / t["accpp_nodes"]
+    ratio, legacy = float(t["ratio"].mean()), float(t["legacy_ratio"].mean())
+    model = (config or {}).get("model", "the model")
+    return Measurement(
+        claim="accpp/smaller-than-acc",
+        values=dict(size_ratio=ratio, ioi_accuracy=float(accuracy), n_compared=len(t)),
+        evidence=dict(ratios=t["ratio"].round(3).tolist(), legacy_ratio=legacy,
+                      any_truncated=bool(t["acc_truncated"].any()), legacy_any_truncated=bool(t["legacy_truncated"].any()),
+                      direction="below" if ratio < 2 else "above" if ratio > 10 else "within"),
+        tables={"01_ioi_acc": t}, config=dict(config or {}) | dict(acc="authors' ACC (ACCConfig())"),
+        note=f"mean ACC/ACC++ node ratio over {len(t)} IOI prompts of {model}; the project's first "
+             f"baseline (raw score, all singular directions) gives {legacy:.1f}")

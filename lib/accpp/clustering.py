@@ -31,7 +31,7 @@ from accpp.multilingual import jaccard
 
 __all__ = ["distance_matrix", "average_linkage", "cut", "leaf_order", "contingency", "adjusted_rand",
            "normalized_mutual_info", "within_between", "distance_by_cell", "permutation_test",
-           "label_alignment", "permanova", "gower_centred", "dendrogram_with_labels", "sorted_heatmap"]
+           "label_alignment", "permanova", "gower_centred", "dendrogram_with_labels", "sorted_heatmap", "measure_template_clusters"]
 
 
 def distance_matrix(sets: Sequence, metric: Callable = jaccard) -> np.ndarray:
@@ -361,3 +361,56 @@ def sorted_heatmap(D, keys: Sequence[tuple], ax=None, title: str = "", cmap: str
             ax.axvline(i, color="white", lw=0.5, ls=":")
     ax.set_title(title, fontsize=9)
     return ax
+
+
+def measure_template_clusters(align: pd.DataFrame, perm: dict[str, pd.DataFrame], cells: pd.DataFrame, n_perm: int,
+                              n_traced: int, n_planned: int, config: dict | None = None):
+    """Claim accpp/ioi-template-clusters: which labelling (template or order) the circuits' clusters follow.
+
+    ``align``: :func:`label_alignment` rows indexed by (level, labelling), with at least the
+    "components" level and the "template" and "order" labellings; ``perm``: :func:`permanova` tables per
+    level (terms template, order, template x order, size); ``cells``: the mean distances by cell (the
+    figure's table); ``n_traced`` of ``n_planned`` prompts were traced. The labelling with the larger
+    ARI on the component level (template on a tie) is the one the values read.
+    """
+    from compendium.claims import Measurement
+
+    who = "measure_template_clusters"
+    if "components" not in perm:
+        raise ValueError(f"{who}: no PERMANOVA on the component level (levels {sorted(perm)})")
+    try:
+        a = align.loc["components"]
+        a.loc[["template", "order"], ["ari", "p_ari", "gap", "p_gap"]]
+    except KeyError as err:
+        raise ValueError(f"{who}: the alignment table needs the component level's template and order rows with "
+                         f"ari, p_ari, gap, p_gap ({err})") from None
+    pc = perm["components"]
+    missing = [t for t in ("template", "order", "template x order", "size") if t not in pc.index]
+    if missing:
+        raise ValueError(f"{who}: the component PERMANOVA lacks term(s) {missing}")
+    if not 0 < n_traced <= n_planned:
+        raise ValueError(f"{who}: {n_traced} traced of {n_planned} planned prompts")
+    best = "template" if a.loc["template", "ari"] >= a.loc["order", "ari"] else "order"
+    perm_table = pd.concat(perm, names=["level", "term"]).reset_index()
+    return Measurement(
+        claim="accpp/ioi-template-clusters",
+        values=dict(ari_best=float(a.loc[best, "ari"]), p_ari_best=float(a.loc[best, "p_ari"]),
+                    gap_best=float(a.loc[best, "gap"]), p_gap_best=float(a.loc[best, "p_gap"]), n_perm=n_perm,
+                    traced_fraction=n_traced / n_planned,
+                    permanova_template_F=float(pc.loc["template", "F"]), permanova_template_p=float(pc.loc["template", "p"]),
+                    permanova_template_R2=float(pc.loc["template", "R2"]),
+                    permanova_order_F=float(pc.loc["order", "F"]), permanova_order_p=float(pc.loc["order", "p"]),
+                    permanova_order_R2=float(pc.loc["order", "R2"]),
+                    permanova_interaction_p=float(pc.loc["template x order", "p"]),
+                    permanova_size_p=float(pc.loc["size", "p"])),
+        evidence=dict(best=best, alignment={f"{lvl}/{lab}": {k: float(v) for k, v in r.items() if np.isfinite(v)}
+                                            for (lvl, lab), r in align.iterrows()},
+                      permanova_signals={t: {k: float(v) for k, v in r.items() if np.isfinite(v)}
+                                         for t, r in perm["signals"].iterrows()} if "signals" in perm else {}),
+        tables={"05_ioi_alignment": align.reset_index(), "05_ioi_permanova": perm_table, "05_ioi_cells": cells},
+        config=dict(config or {}), unit=f"ARI of the average-linkage cut vs the {best} labels (component Jaccard)",
+        note=(f"{(config or {}).get('model', 'the model')}, {n_traced} prompts; PERMANOVA on component Jaccard "
+              f"distances: template R2 {pc.loc['template', 'R2']:.3f} (p={pc.loc['template', 'p']:.3f}), order R2 "
+              f"{pc.loc['order', 'R2']:.3f} (p={pc.loc['order', 'p']:.3f}), interaction "
+              f"p={pc.loc['template x order', 'p']:.3f}, size p={pc.loc['size', 'p']:.3f}; the k-cut follows {best} "
+              f"(ARI {a.loc[best, 'ari']:.3f})"))

@@ -99,7 +99,8 @@ from accpp.decompose import KIND_BIAS, KIND_EMB, KIND_HEAD, KIND_MLP, KIND_NAMES
 from accpp.signals import Firing, FiringSolver, SignalEdge, softcap
 
 __all__ = ["SUPPORTED", "SIDES", "NotASignalEdge", "SignalSpec", "InterventionResult", "Intervener",
-           "random_subspace", "remove_signal", "head_patch", "top_seed_edges", "compare_subspaces", "paired_summary"]
+           "random_subspace", "remove_signal", "head_patch", "top_seed_edges", "compare_subspaces", "paired_summary",
+           "measure_intervention_selective"]
 
 SUPPORTED = ("llama", "gemma2", "gemma3_text")
 SIDES = {"d": "query", "s": "key"}
@@ -693,3 +694,58 @@ def paired_summary(df, control: str = "random_matched", seed: int = 0, n_boot: i
         median_removed_norm_control=float(ctl["removed_norm_ratio"].median()),
         n_edges=int(len(sig)), n_prompts=int(len(prompts)), n_draws=int(by_edge.size().min()),
         n_boot=int(len(boot)))
+
+
+def measure_intervention_selective(df, paired: dict[str, dict], consistency: float, n_random: int,
+                                   config: dict | None = None):
+    """Claim accpp/intervention-selective: removing a traced signal moves the task metric more than
+    removing random same-rank subspaces of the same norm.
+
+    ``df``: one row per intervention (as for :func:`paired_summary`, plus ``attn_drop``; a ``sing``
+    column is left out of the recorded table); ``paired``: :func:`paired_summary` against each control,
+    keyed "random_matched" (the check's control) and "random"; ``consistency``: the largest
+    |A_after - (A - traced drop)| over the signal removals (the model against the tracer's prediction).
+    The brief's cosine (the claim's paper value) goes into the note beside the measured cosines.
+    """
+    from compendium.claims import Measurement, get_claim
+
+    who = "measure_intervention_selective"
+    missing = [c for c in ("random_matched", "random") if c not in paired]
+    if missing:
+        raise ValueError(f"{who}: no paired summary against {missing}")
+    for col in ("subspace", "attn_drop"):
+        if col not in df:
+            raise ValueError(f"{who}: the intervention table lacks column {col!r}")
+    sig = df[df["subspace"] == "signal"]
+    if len(sig) == 0:
+        raise ValueError(f"{who}: no signal removals in the table")
+    main, rnd = paired["random_matched"], paired["random"]
+    paper_cos = float(get_claim("accpp/intervention-selective").paper_value)
+    cfg = dict(config or {})
+    n_edges = int(len(sig))
+    return Measurement(
+        claim="accpp/intervention-selective",
+        values=dict(abs_dld_ratio=main["abs_dld_ratio"], abs_dld_ratio_ci_low=main["abs_dld_ratio_ci_low"],
+                    n_edges=n_edges, n_random=n_random),
+        evidence=dict(
+            control="random_matched (same directions as random, rescaled to the signal's removed norm)",
+            abs_dld_ratio_ci_high=main["abs_dld_ratio_ci_high"], wilcoxon_p=main["wilcoxon_p"],
+            frac_edges_signal_above=main["frac_edges_signal_above"],
+            median_abs_dld_signal=main["median_abs_dld_signal"], median_abs_dld_matched=main["median_abs_dld_control"],
+            median_rel_dld_signal=main["median_rel_dld_signal"], median_rel_dld_matched=main["median_rel_dld_control"],
+            median_head_input_cos_signal=main["median_head_input_cos_signal"],
+            median_head_input_cos_matched=main["median_head_input_cos_control"],
+            median_final_resid_cos_signal=main["median_final_resid_cos_signal"],
+            median_removed_norm_signal=main["median_removed_norm_signal"],
+            median_removed_norm_random=rnd["median_removed_norm_control"],
+            abs_dld_ratio_vs_random=rnd["abs_dld_ratio"], abs_dld_ratio_vs_random_ci_low=rnd["abs_dld_ratio_ci_low"],
+            wilcoxon_p_vs_random=rnd["wilcoxon_p"],
+            median_attn_drop_signal=float(sig["attn_drop"].median()),
+            tracer_consistency_max_abs=float(consistency)),
+        tables={"04_signal_interventions": df.drop(columns=["sing"], errors="ignore")},
+        config=cfg, unit="x (median |dLD|, signal / norm-matched random)",
+        note=(f"{cfg.get('model', 'the model')}, {cfg.get('n_prompts', '?')} IOI prompts, {n_edges} signal edges into "
+              f"seed firings, {n_random} draws per control. Cosine at the intervention point: median "
+              f"{main['median_head_input_cos_signal']:.4f} for signals (brief: about {paper_cos}); final residual "
+              f"{main['median_final_resid_cos_signal']:.4f}. Relative change of the logit difference: median "
+              f"{main['median_rel_dld_signal']:+.2f} (signal) vs {main['median_rel_dld_control']:+.3f} (norm-matched)."))

@@ -7,7 +7,8 @@ from accpp.roles import ROLES, circuit_roles
 from accpp.signals import Firing, FiringSolver, firing_exactness
 from accpp.trace import Circuit, Tracer
 
-__all__ = ["trace_ioi", "circuit_exactness", "circuit_row"]
+__all__ = ["trace_ioi", "circuit_exactness", "circuit_row", "measure_candidates_exact", "measure_signals_rank1",
+           "measure_ioi_roles"]
 
 
 def trace_ioi(tracer: Tracer, prompt: IOIPrompt) -> Circuit:
@@ -39,3 +40,102 @@ def circuit_row(circuit: Circuit) -> dict:
                 firings=circuit.n_firings, **summary(g),
                 rank1=(sum(r == 1 for r in ranks) / len(ranks)) if ranks else float("nan"),
                 roles=sum(bool(roles.get(r)) for r in ROLES), seconds=circuit.seconds)
+
+
+# --- the claims of notebook accpp/01_ioi: one measure_* per claim, each returning a claims.Measurement ---
+
+_EXACT_COLUMNS = ("query_side", "key_side", "key_side_authors")  # the float64 identity (as present)
+_MODEL_COLUMNS = ("query_vs_residual", "key_vs_residual")  # against the float32 model's own score row
+
+
+def _require(frame, columns, who: str) -> None:
+    missing = [c for c in columns if c not in frame]
+    if missing:
+        raise ValueError(f"{who}: the table lacks column(s) {missing}")
+    if len(frame) == 0:
+        raise ValueError(f"{who}: the table is empty")
+
+
+def measure_candidates_exact(exact, config: dict | None = None):
+    """Claim accpp/candidates-exact from rows of :func:`circuit_exactness` (one per checked circuit).
+
+    ``max_rel_err`` is the worst float64 error of the identity (candidates sum to the score row) over
+    every checked firing; the float32 model's own rounding is evidence beside it.
+    """
+    from compendium.claims import Measurement
+
+    _require(exact, ("firings", "softmax_vs_model", *_MODEL_COLUMNS), "measure_candidates_exact")
+    cols = [c for c in _EXACT_COLUMNS if c in exact]
+    if not cols:
+        raise ValueError(f"measure_candidates_exact: the table has none of the identity columns {_EXACT_COLUMNS}")
+    vs_model = float(exact[list(_MODEL_COLUMNS)].to_numpy().max())
+    model = (config or {}).get("model", "the model")
+    return Measurement(
+        claim="accpp/candidates-exact",
+        values=dict(max_rel_err=float(exact[cols].to_numpy().max()), n_firings=int(exact["firings"].sum())),
+        evidence=dict(vs_float32_model=vs_model, softmax_vs_model=float(exact["softmax_vs_model"].max())),
+        tables={"01_ioi_exactness": exact}, config=dict(config or {}),
+        note=f"float64 identity over the checked firings of {model}; against the score row recomputed from the "
+             f"float32 model's residual: {vs_model:.1e} (float32 rounding)")
+
+
+def measure_signals_rank1(ranks: list[int], circuits_table, accuracy: float, config: dict | None = None):
+    """Claim accpp/signals-rank1: the fraction of traced signal edges of rank 1, over all traced circuits.
+
+    ``ranks``: the ranks of every signal edge (:func:`accpp.graph.signal_ranks` of each circuit);
+    ``circuits_table``: one :func:`circuit_row` per circuit (the figure's table).
+    """
+    from compendium.claims import Measurement
+    import pandas as pd
+
+    if len(ranks) == 0:
+        raise ValueError("measure_signals_rank1: no signal edges (empty ranks)")
+    if any(int(r) < 1 for r in ranks):
+        raise ValueError(f"measure_signals_rank1: a rank below 1 in {sorted(set(ranks))}")
+    model = (config or {}).get("model", "the model")
+    return Measurement(
+        claim="accpp/signals-rank1",
+        values=dict(rank1_fraction=sum(r == 1 for r in ranks) / len(ranks), ioi_accuracy=float(accuracy),
+                    n_signals=len(ranks)),
+        evidence=dict(rank_counts=pd.Series(ranks).value_counts().sort_index().to_dict()),
+        tables={"01_ioi_circuits": circuits_table}, config=dict(config or {}),
+        note=f"{len(ranks)} signal edges over {len(circuits_table)} IOI prompts of {model}")
+
+
+def _n_roles(role_set: dict) -> int:
+    return sum(bool(role_set.get(r)) for r in ROLES)
+
+
+def measure_ioi_roles(role_sets: list[dict], null_sets: list[dict], role_table, accuracy: float,
+                      config: dict | None = None):
+    """Claim accpp/ioi-circuit-roles from per-prompt role sets (:func:`accpp.roles.circuit_roles`).
+
+    ``null_sets``: the same rule on circuits of the same prompts traced for a random name pair.
+    ``n_roles`` counts the roles present in the union over prompts; ``role_excess_per_prompt`` is the
+    mean number of roles per circuit minus that of the null circuits. Only the roles of
+    :data:`accpp.roles.ROLES` count (a set may hold others, e.g. heads of no known role).
+    """
+    from compendium.claims import Measurement
+    from accpp.roles import merge_roles
+
+    if not role_sets or not null_sets:
+        raise ValueError(f"measure_ioi_roles: needs role sets of traced and null circuits "
+                         f"(got {len(role_sets)} and {len(null_sets)})")
+    if not all(isinstance(rs, dict) for rs in [*role_sets, *null_sets]):
+        raise ValueError("measure_ioi_roles: each role set must be a dict {role: [heads]} (accpp.roles.circuit_roles)")
+    merged, null_merged = merge_roles(role_sets), merge_roles(null_sets)
+    per_prompt = [_n_roles(rs) for rs in role_sets]
+    null_per_prompt = [_n_roles(rs) for rs in null_sets]
+    null_roles = _n_roles(null_merged)
+    model = (config or {}).get("model", "the model")
+    return Measurement(
+        claim="accpp/ioi-circuit-roles",
+        values=dict(n_roles=_n_roles(merged), ioi_accuracy=float(accuracy),
+                    role_excess_per_prompt=float(sum(per_prompt) / len(per_prompt)
+                                                 - sum(null_per_prompt) / len(null_per_prompt)),
+                    n_null_prompts=len(null_per_prompt)),
+        evidence=dict(per_prompt_roles=per_prompt, null_roles=null_roles, null_per_prompt=null_per_prompt,
+                      roles={r: merged.get(r, []) for r in ROLES}, null={r: null_merged.get(r, []) for r in ROLES}),
+        tables={"01_ioi_roles": role_table}, config=dict(config or {}) | dict(n_null=len(null_sets)),
+        note=f"union over {len(role_sets)} prompts of {model}; the null (random name pair, same rule) finds "
+             f"{null_roles} of the {len(ROLES)} roles")

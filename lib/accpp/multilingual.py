@@ -31,7 +31,8 @@ from accpp.datasets import IOIPrompt, load_names, make_prompt, single_token_name
 __all__ = ["LANGUAGES", "load", "language_names", "shared_names", "ml_prompt", "language_set", "parallel_sets",
            "component_set", "edge_set", "signal_set", "jaccard", "language_distances", "mean_offdiag",
            "closest_pair", "closest_pair_stable", "average_linkage", "draw_dendrogram", "null_sets", "chance_jaccard",
-           "adjusted_jaccard", "reuse_vs_null", "specificity_gap", "closest_pair_bootstrap"]
+           "adjusted_jaccard", "reuse_vs_null", "specificity_gap", "closest_pair_bootstrap",
+           "measure_component_reuse", "measure_es_pt_closest"]
 
 LANGUAGES = ("en", "es", "fr", "pt")
 
@@ -358,3 +359,87 @@ def closest_pair_bootstrap(sets: dict[str, list], languages=None, pair=("es", "p
                 margin=float(m[j] - np.delete(m, j).min()),
                 margin_ci_low=float(np.percentile(margins, 2.5)) if n_boot else float("nan"),
                 margin_ci_high=float(np.percentile(margins, 97.5)) if n_boot else float("nan"), n=n)
+
+
+# --- the claims of notebook accpp/03_multilingual_ioi ---
+
+def _min_accuracy(accuracy: dict[str, float], who: str) -> float:
+    if not accuracy:
+        raise ValueError(f"{who}: no per-language accuracy given")
+    return float(min(accuracy.values()))
+
+
+def measure_component_reuse(similarity: dict[str, float], pairs: pd.DataFrame, within: dict[str, float],
+                            specificity: pd.DataFrame, gap: dict[bool, dict], accuracy: dict[str, float],
+                            n_parallel: int, config: dict | None = None):
+    """Claim accpp/multilingual-component-reuse: components are shared across languages more than signals.
+
+    ``similarity``/``within``: mean cross-language / within-language Jaccard similarity per level
+    ("components", "edges", "signals"); ``pairs``: one row per matched prompt pair with a similarity
+    column per level; ``specificity``: rows of :func:`reuse_vs_null` indexed by (level, "plain" or
+    "chance-corrected"); ``gap``: :func:`specificity_gap` keyed by chance-corrected (True) or plain
+    (False); ``accuracy``: IOI accuracy per language.
+    """
+    from compendium.claims import Measurement
+
+    who = "measure_component_reuse"
+    for level in ("components", "signals"):
+        if level not in similarity or level not in pairs:
+            raise ValueError(f"{who}: no '{level}' similarity (similarity keys {sorted(similarity)}, "
+                             f"pair columns {list(pairs.columns)})")
+    if len(pairs) == 0:
+        raise ValueError(f"{who}: no matched prompt pairs")
+    if set(gap) != {False, True}:
+        raise ValueError(f"{who}: gap needs the plain (False) and chance-corrected (True) entries, got {sorted(gap)}")
+    spec = {f"{lvl}_{'corrected' if c == 'chance-corrected' else 'plain'}": dict(
+        specificity=float(r["specificity"]), ci_low=float(r["specificity_ci_low"]),
+        ci_high=float(r["specificity_ci_high"]), cross=float(r["cross"]), null=float(r["null"]))
+        for (lvl, c), r in specificity.iterrows()}
+    for key in ("components_corrected", "signals_corrected"):
+        if key not in spec:
+            raise ValueError(f"{who}: the specificity table lacks the row {key.replace('_corrected', '')}, "
+                             "chance-corrected")
+    g = gap[True]
+    return Measurement(
+        claim="accpp/multilingual-component-reuse",
+        values=dict(reuse_gap=similarity["components"] - similarity["signals"],
+                    frac_pairs_component_gt_signal=float((pairs["components"] > pairs["signals"]).mean()),
+                    min_language_accuracy=_min_accuracy(accuracy, who), specificity_gap_ci_low=g["ci_low"],
+                    n_parallel_prompts=n_parallel),
+        evidence=dict(similarity=similarity, within_language=within, specificity=spec,
+                      signal_minus_component_specificity={("corrected" if k else "plain"): v for k, v in gap.items()}),
+        tables={"03_multilingual_specificity": specificity.reset_index(), "03_multilingual_pairs": pairs},
+        config=dict(config or {}), unit="component minus signal cross-language Jaccard similarity",
+        note=(f"{(config or {}).get('model', 'the model')}, {n_parallel} parallel prompts; against the within-language "
+              f"null (other names), specificity (1 - cross/null, chance-corrected Jaccard): components "
+              f"{spec['components_corrected']['specificity']:+.2f}, signals {spec['signals_corrected']['specificity']:+.2f}; "
+              f"signal minus component {g['gap']:+.2f} (95% CI {g['ci_low']:+.2f} to {g['ci_high']:+.2f})"))
+
+
+def measure_es_pt_closest(dist_components: pd.DataFrame, dist_signals: pd.DataFrame, stable: bool, boot: dict,
+                          accuracy: dict[str, float], n_parallel: int, config: dict | None = None):
+    """Claim accpp/multilingual-es-pt-closest: Spanish and Portuguese are the closest pair by components.
+
+    ``dist_*``: language x language Jaccard distances (:func:`language_distances`) of the component and
+    signal sets; ``stable``: :func:`closest_pair_stable` of the component sets; ``boot``:
+    :func:`closest_pair_bootstrap` of es-pt.
+    """
+    from compendium.claims import Measurement
+
+    who = "measure_es_pt_closest"
+    for name, D in (("dist_components", dist_components), ("dist_signals", dist_signals)):
+        if D.shape[0] < 2 or D.shape[0] != D.shape[1] or list(D.index) != list(D.columns):
+            raise ValueError(f"{who}: {name} must be a square language x language table of at least two languages")
+    a, b, d, margin = closest_pair(dist_components)
+    pair = "-".join(sorted((a, b)))
+    return Measurement(
+        claim="accpp/multilingual-es-pt-closest",
+        values=dict(es_pt_closest=pair == "es-pt", closest_pair_stable=bool(stable),
+                    min_language_accuracy=_min_accuracy(accuracy, who)),
+        evidence=dict(closest=pair, distance=d, margin=margin, bootstrap=boot,
+                      distances=dist_components.round(4).to_dict(),
+                      closest_by_signals="-".join(sorted(closest_pair(dist_signals)[:2]))),
+        tables={"03_multilingual_distances": dist_components.reset_index()}, config=dict(config or {}),
+        unit="closest language pair (component Jaccard distance)",
+        note=(f"{(config or {}).get('model', 'the model')}, {n_parallel} parallel prompts per language; closest pair "
+              f"{pair}; es-pt is the closest pair in {boot['frac_closest']:.0%} of bootstrap resamples of the prompts"))

@@ -202,3 +202,72 @@ def decode_times(model, contexts, vocab_size: int, rounds: int = 5, tokens_per_r
 def decode_time_per_token(model, context: int, vocab_size: int, n_tokens: int = 32, seed: int = 0) -> float:
     """Seconds per generated token after ``context`` cached tokens (see ``decode_times``)."""
     return decode_times(model, [context], vocab_size, rounds=max(1, n_tokens // 8), seed=seed)[context]
+
+
+# --- the claims of notebook protot/01_mixer_derivation that these timings and counts measure ---
+
+def cost_slopes(cost, fit_from: dict[str, int]) -> dict[str, dict[str, float]]:
+    """{form: {"time", "memory"}}: log-log slopes of ``seconds`` and ``saved_bytes`` against ``T``, per form,
+    over the lengths T >= ``fit_from[form]`` (a form missing from ``fit_from`` is fitted over every length)."""
+    missing = [c for c in ("form", "T", "seconds", "saved_bytes") if c not in cost]
+    if missing:
+        raise ValueError(f"cost_slopes: the cost table lacks column(s) {missing}")
+    out = {}
+    for form, d in cost.groupby("form"):
+        d = d[d["T"] >= fit_from.get(form, 0)]
+        if len(d) < 2:
+            raise ValueError(f"cost_slopes: fewer than two lengths to fit for form {form!r} (from T={fit_from.get(form, 0)})")
+        out[form] = {"time": loglog_slope(d["T"], d["seconds"]), "memory": loglog_slope(d["T"], d["saved_bytes"])}
+    return out
+
+
+def measure_linear_cost(cost, fit_from: dict[str, int], config: dict | None = None):
+    """Claim protot/mixer-linear-cost: the chunked form's activation-memory slope against T (the check);
+    the quadratic form's memory slope is the precondition's quantity, the time slopes are evidence."""
+    from compendium.claims import Measurement
+
+    slopes = cost_slopes(cost, fit_from)
+    missing = [f for f in ("chunk", "quadratic", "recurrent") if f not in slopes]
+    if missing:
+        raise ValueError(f"measure_linear_cost: no lengths measured for form(s) {missing}")
+    return Measurement(
+        "protot/mixer-linear-cost",
+        values={"chunk_memory_slope": slopes["chunk"]["memory"], "quadratic_memory_slope": slopes["quadratic"]["memory"]},
+        evidence={"chunk_time_slope": slopes["chunk"]["time"], "quadratic_time_slope": slopes["quadratic"]["time"],
+                  "recurrent_time_slope": slopes["recurrent"]["time"],
+                  "recurrent_memory_slope": slopes["recurrent"]["memory"]},
+        tables={"mixer_cost_vs_length": cost}, config=dict(config or {}),
+        note=(f"chunked form: memory slope {slopes['chunk']['memory']:.2f}, forward-time slope "
+              f"{slopes['chunk']['time']:.2f} (fitted from T = {fit_from.get('chunk', 0)}); quadratic form: memory "
+              f"{slopes['quadratic']['memory']:.2f}, time {slopes['quadratic']['time']:.2f}"))
+
+
+def decode_ratios(decode) -> dict[str, float]:
+    """{arch: time per token at the longest context / at the shortest} from rows (arch, context, sec_per_token)."""
+    missing = [c for c in ("arch", "context", "sec_per_token") if c not in decode]
+    if missing:
+        raise ValueError(f"decode_ratios: the decode table lacks column(s) {missing}")
+    per = decode.pivot(index="context", columns="arch", values="sec_per_token")
+    if len(per) < 2 or per.isna().any().any():
+        raise ValueError("decode_ratios: needs every architecture timed at two or more contexts")
+    return (per.loc[per.index.max()] / per.loc[per.index.min()]).to_dict()
+
+
+def measure_decode_constant(decode, config: dict | None = None):
+    """Claim protot/decode-constant-time: ProtoT's time per token at the longest context over the shortest
+    (the check); LLaMA's ratio in the same run is the precondition's quantity (the sweep can tell O(1) from O(T))."""
+    from compendium.claims import Measurement
+
+    ratios = decode_ratios(decode)
+    missing = [a for a in ("protot", "llama") if a not in ratios]
+    if missing:
+        raise ValueError(f"measure_decode_constant: no decode times for {missing}")
+    per = decode.pivot(index="context", columns="arch", values="sec_per_token")
+    lo, hi = int(per.index.min()), int(per.index.max())
+    return Measurement(
+        "protot/decode-constant-time",
+        values={"protot_time_ratio": ratios["protot"], "llama_time_ratio": ratios["llama"]},
+        evidence={"ms_per_token": (per * 1e3).round(4).to_dict()},
+        tables={"decode_time_vs_context": decode}, config=dict(config or {}),
+        note=(f"time per token at {hi} over {lo} tokens of context: ProtoT {ratios['protot']:.2f}x, "
+              f"LLaMA {ratios['llama']:.2f}x"))

@@ -37,6 +37,7 @@ __all__ = [
     "FORMS", "BACKENDS", "DEFAULT_CHUNK_SIZE", "SIMILARITIES",
     "gate_logits", "gate", "decay_cumsum", "read_query", "channel_mix", "channel_mix_by_definition",
     "half_life_to_log_decay", "log_decay_to_half_life", "log_decay_from_param", "param_from_log_decay",
+    "measure_forms_agree",
 ]
 
 SIMILARITIES = ("dot", "cosine")
@@ -234,3 +235,30 @@ def param_from_log_decay(log_decay: torch.Tensor, parametrization: str) -> torch
     if parametrization == "exp_softplus":     # softplus(theta) = -log beta -> theta = log(expm1(-log beta))
         return torch.log(torch.expm1(-log_decay))
     raise ValueError(f"unknown decay_parametrization {parametrization!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The claim protot/mixer-forms-agree (notebook protot/01_mixer_derivation)
+# ---------------------------------------------------------------------------------------------
+def measure_forms_agree(agree, steps: dict[str, dict[str, float]], config: dict | None = None):
+    """Claim protot/mixer-forms-agree: the largest difference over every derivation step and every form.
+
+    ``agree``: one row per (normalisation, include_current, form) with ``max_abs_diff`` (against the
+    definition's explicit sums) and ``scale`` (the largest |output| compared); ``steps``: the derivation's
+    intermediate checks, {step name: {what: max abs difference}}. ``output_scale`` (the smallest scale)
+    is the precondition's quantity: agreement of outputs of order one, not of zeros.
+    """
+    from compendium.claims import Measurement
+
+    missing = [c for c in ("max_abs_diff", "scale") if c not in agree]
+    if missing or len(agree) == 0:
+        raise ValueError(f"measure_forms_agree: needs a non-empty table with max_abs_diff and scale (missing {missing})")
+    diffs = [float(agree["max_abs_diff"].max()), *(float(x) for d in steps.values() for x in d.values())]
+    if not all(math.isfinite(x) for x in diffs):
+        raise ValueError(f"measure_forms_agree: a difference is not finite: {diffs}")
+    return Measurement(
+        "protot/mixer-forms-agree",
+        values={"max_abs_diff": max(diffs), "output_scale": float(agree["scale"].min())},
+        evidence={**steps, "full mixer, worst case": float(agree["max_abs_diff"].max())},
+        tables={"mixer_forms_agree": agree}, config=dict(config or {}),
+        note="definition vs quadratic / recurrent / chunked forms, all normalisations, s<=t and s<t")

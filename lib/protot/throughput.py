@@ -104,3 +104,89 @@ def load_gpu_results(path: str | Path) -> dict | None:
 
 def as_rows(points) -> list[dict]:
     return [asdict(p) for p in points]
+
+
+# --- the claims of notebook protot/04_throughput ---
+
+def _wide(train):
+    missing = [c for c in ("arch", "context", "tokens_per_s") if c not in train]
+    if missing:
+        raise ValueError(f"the training-throughput table lacks column(s) {missing}")
+    if len(train) == 0:
+        raise ValueError("the training-throughput table is empty")
+    return train.pivot(index="context", columns="arch", values="tokens_per_s").sort_index()
+
+
+def decode_growth(decode) -> dict[str, float]:
+    """{arch: seconds per token at the longest decoded context / at the shortest} (rounded to 3 places)."""
+    missing = [c for c in ("arch", "context", "seconds_per_token") if c not in decode]
+    if missing:
+        raise ValueError(f"the decoding table lacks column(s) {missing}")
+    dec = decode.pivot(index="context", columns="arch", values="seconds_per_token")
+    return (dec.iloc[-1] / dec.iloc[0]).round(3).to_dict()
+
+
+def ratio_at_or_below(ratio, context: int) -> tuple[int, float]:
+    """(context used, ratio there) at the longest context <= ``context`` of a ratio series indexed by context."""
+    r = ratio[ratio.index <= context]
+    if len(r) == 0:
+        raise ValueError(f"no ratio measured at or below {context} tokens (contexts {list(ratio.index)})")
+    return int(r.index[-1]), float(r.iloc[-1])
+
+
+def measure_throughput_crossover(train, decode, source: str, config: dict | None = None):
+    """Claim protot/throughput-crossover: ProtoT / LLaMA training tokens/s at the longest context both
+    reached and at 8k tokens (or the longest context below it), with the interpolated crossover context.
+
+    ``train``: rows (arch, context, tokens_per_s), ``decode``: rows (arch, context, seconds_per_token);
+    ``source``: where the training numbers come from (prose for the note).
+    """
+    from compendium.claims import Measurement
+
+    wide = _wide(train)
+    if not {"protot", "llama"} <= set(wide.columns):
+        raise ValueError(f"measure_throughput_crossover: needs protot and llama throughputs, got {list(wide.columns)}")
+    both = wide[["protot", "llama"]].dropna()
+    if len(both) == 0:
+        raise ValueError("measure_throughput_crossover: no context where both protot and llama were measured")
+    cross = crossover(both.index.tolist(), both["protot"].tolist(), both["llama"].tolist())
+    ratio = (wide["protot"] / wide["llama"]).dropna()
+    longest_both = int(both.index.max())
+    ratio_longest = float(ratio.loc[longest_both])
+    ratio_8k_context, ratio_8k = ratio_at_or_below(ratio, 8 * 1024)
+    direction = ("ahead already at 8k" if ratio_8k >= 1 else
+                 "not ahead by the longest context" if ratio_longest < 1 else "crosses between 8k and the longest context")
+    return Measurement(
+        "protot/throughput-crossover",
+        values={"protot_llama_ratio_longest": ratio_longest, "protot_llama_ratio_8k": ratio_8k,
+                "longest_context_both": longest_both},
+        evidence={"crossover_context": None if cross is None else round(cross), "direction": direction,
+                  "protot_llama_ratio_8k measured at": ratio_8k_context,
+                  "longest context reached": {a: int(wide[a].dropna().index.max()) for a in wide.columns},
+                  "protot_over_llama_by_context": ratio.round(3).to_dict(), "decode_time_growth": decode_growth(decode)},
+        tables={"throughput_training": train, "throughput_decoding": decode}, config=dict(config or {}),
+        unit="ProtoT / LLaMA training tokens/s",
+        note=(f"ProtoT passes LLaMA at {'%.0f tokens' % cross if cross else 'no context up to %d' % longest_both} "
+              f"({source}); ProtoT/LLaMA tokens/s at {longest_both}: {ratio_longest:.2f}"))
+
+
+def measure_deltanet_fastest(train, decode, step_budget_s: float, config: dict | None = None):
+    """Claim protot/throughput-deltanet-fastest: DeltaNet has the highest training tokens/s at the longest
+    context every architecture reached (``longest_context_all``, 0 when none: the precondition's quantity)."""
+    from compendium.claims import Measurement
+
+    wide = _wide(train)
+    longest = wide.dropna(how="all").index.max()
+    at_longest = wide.loc[longest].dropna().sort_values(ascending=False)
+    longest_all = int(wide.dropna().index.max()) if len(wide.dropna()) else 0
+    fastest = at_longest.index[0]
+    return Measurement(
+        "protot/throughput-deltanet-fastest",
+        values={"deltanet_fastest": bool(wide.loc[longest_all].idxmax() == "deltanet") if longest_all else False,
+                "longest_context_all": longest_all},
+        evidence={"fastest_at_longest_reached": f"{fastest} at {int(longest)}",
+                  "longest context reached": {a: int(wide[a].dropna().index.max()) for a in wide.columns},
+                  "tokens_per_s_at_longest_reached": at_longest.round(1).to_dict()},
+        tables={"throughput_training": train, "throughput_decoding": decode}, config=dict(config or {}),
+        note=(f"fastest at {int(longest)} tokens: {fastest} ({at_longest.iloc[0]:.0f} tokens/s); models past the step "
+              f"budget ({step_budget_s} s) were not run at longer contexts"))

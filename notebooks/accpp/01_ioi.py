@@ -33,7 +33,7 @@ import pandas as pd
 import torch
 
 from accpp import datasets, figures, ioi, roles
-from accpp.acc import ACCConfig, acc_trace
+from accpp.acc import ACCConfig, acc_trace, measure_smaller_than_acc
 from accpp.graph import save_circuit, signal_ranks
 from accpp.models import load_model
 from accpp.multilingual import component_set, jaccard
@@ -113,8 +113,6 @@ fig, ax = plt.subplots(figsize=(5, 3))
 figures.rank_histogram([c.graph for c in circuits], ax=ax, title=f"signal ranks, {len(circuits)} prompts ({MODEL})")
 plotting.savefig(fig, "accpp/01_ioi_signal_ranks", profile=nb.profile)
 exact = pd.DataFrame([ioi.circuit_exactness(tracer, p, c) for p, c in zip(chosen[:2], circuits[:2])])
-max_rel_err = float(exact[[c for c in ("query_side", "key_side", "key_side_authors") if c in exact]].to_numpy().max())  # the identity, float64
-vs_model = float(exact[["query_vs_residual", "key_vs_residual"]].to_numpy().max())  # float32 model rounding
 print(f"rank-1 fraction {rank1:.3f} of {len(ranks)} signals")
 exact
 
@@ -165,7 +163,6 @@ for p, c in zip(chosen[:N_ACC], circuits[:N_ACC]):
 acc_table = pd.DataFrame(acc_rows)
 acc_table["ratio"] = acc_table["acc_nodes"] / acc_table["accpp_nodes"]
 acc_table["legacy_ratio"] = acc_table["legacy_nodes"] / acc_table["accpp_nodes"]
-ratio = float(acc_table["ratio"].mean())
 acc_table
 
 # %% [markdown]
@@ -195,42 +192,17 @@ variant_table.round(3)
 
 # %%
 config = dict(model=MODEL, n_behaviour=N_BEHAVIOUR, n_traced=len(circuits), variant=circuits[0].meta["variant"])
-assert vs_model < 1e-4 and float(exact["softmax_vs_model"].max()) < 1e-4  # float32 model vs float64 rebuild
+accuracy = float(metrics.accuracy)
 measurements = [
-    claims.Measurement(
-        claim="accpp/candidates-exact", values=dict(max_rel_err=max_rel_err, n_firings=int(exact["firings"].sum())),
-        evidence=dict(vs_float32_model=vs_model, softmax_vs_model=float(exact["softmax_vs_model"].max())),
-        tables={"01_ioi_exactness": exact}, config=config,
-        note=f"float64 identity over the checked firings of {MODEL}; against the score row recomputed from the "
-             f"float32 model's residual: {vs_model:.1e} (float32 rounding)"),
-    claims.Measurement(
-        claim="accpp/signals-rank1", values=dict(rank1_fraction=rank1, ioi_accuracy=float(metrics.accuracy),
-                                                 n_signals=len(ranks)),
-        evidence=dict(rank_counts=pd.Series(ranks).value_counts().sort_index().to_dict()),
-        tables={"01_ioi_circuits": table}, config=config,
-        note=f"{len(ranks)} signal edges over {len(circuits)} IOI prompts of {MODEL}"),
-    claims.Measurement(
-        claim="accpp/ioi-circuit-roles",
-        values=dict(n_roles=n_roles, ioi_accuracy=float(metrics.accuracy),
-                    role_excess_per_prompt=float(pd.Series(per_prompt_roles).mean() - pd.Series(null_per_prompt).mean()),
-                    n_null_prompts=len(null_per_prompt)),
-        evidence=dict(per_prompt_roles=per_prompt_roles, null_roles=null_roles, null_per_prompt=null_per_prompt,
-                      roles={r: merged.get(r, []) for r in roles.ROLES},
-                      null={r: null_merged.get(r, []) for r in roles.ROLES}),
-        tables={"01_ioi_roles": role_table}, config=config | dict(n_null=len(null_sets)),
-        note=f"union over {len(circuits)} prompts of {MODEL}; the null (random name pair, same rule) finds "
-             f"{null_roles} of the {len(roles.ROLES)} roles"),
-    claims.Measurement(
-        claim="accpp/smaller-than-acc",
-        values=dict(size_ratio=ratio, ioi_accuracy=float(metrics.accuracy), n_compared=len(acc_table)),
-        evidence=dict(ratios=acc_table["ratio"].round(3).tolist(), legacy_ratio=float(acc_table["legacy_ratio"].mean()),
-                      any_truncated=bool(acc_table["acc_truncated"].any()),
-                      legacy_any_truncated=bool(acc_table["legacy_truncated"].any()),
-                      direction="below" if ratio < 2 else "above" if ratio > 10 else "within"),
-        tables={"01_ioi_acc": acc_table}, config=config | dict(acc="authors' ACC (ACCConfig())"),
-        note=f"mean ACC/ACC++ node ratio over {len(acc_table)} IOI prompts of {MODEL}; the project's first "
-             f"baseline (raw score, all singular directions) gives {acc_table['legacy_ratio'].mean():.1f}"),
+    ioi.measure_candidates_exact(exact, config=config),
+    ioi.measure_signals_rank1(ranks, table, accuracy, config=config),
+    ioi.measure_ioi_roles(role_sets, null_sets, role_table, accuracy, config=config),
+    measure_smaller_than_acc(acc_table, accuracy, config=config),
 ]
+assert [m.claim for m in measurements] == ["accpp/candidates-exact", "accpp/signals-rank1", "accpp/ioi-circuit-roles",
+                                          "accpp/smaller-than-acc"]
+exact_ev = measurements[0].evidence
+assert exact_ev["vs_float32_model"] < 1e-4 and exact_ev["softmax_vs_model"] < 1e-4  # float32 model vs float64 rebuild
 verdicts, failed = [], []
 for m in measurements:  # record every claim first; a failed check at an asserted profile stops the run after
     try:

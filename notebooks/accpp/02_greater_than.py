@@ -147,11 +147,7 @@ ax.set(xlabel="layer", ylabel="mean seed attribution (logit units)",
        title=f"seeds of {len(circuits)} Greater-Than circuits by layer, {MODEL}")
 ax.legend()
 plotting.savefig(fig, "accpp/02_greater_than_seeds_by_layer", profile=nb.profile)
-mlp_total = seeds_df.query("kind == 'mlp' and attribution > 0")["attribution"].sum()
-late_mlp = seeds_df.query("kind == 'mlp' and attribution > 0 and layer >= @LATE_FROM")["attribution"].sum()
-late_mlp_share = float(late_mlp / mlp_total) if mlp_total > 0 else float("nan")
-mlp_share = float(seeds_df.query("kind == 'mlp' and attribution > 0")["attribution"].sum()
-                  / seeds_df.query("attribution > 0")["attribution"].sum())
+mlp_share, late_mlp_share = gt.mlp_seed_shares(seeds_df, LATE_FROM)
 print(f"MLPs carry {mlp_share:.2f} of the positive seed attribution; layers >= {LATE_FROM} carry {late_mlp_share:.2f} of the MLPs'")
 
 # %% [markdown]
@@ -175,12 +171,7 @@ dla = gt.head_dla(tracer, sel)
 named = {"traced year heads": traced_heads, "attention to YY": gt.top_heads(att, k_heads),
          "direct logit attribution": gt.top_heads(dla, k_heads)}
 ko = gt.knockout_comparison(tracer, test, named, n_random=N_RANDOM, seed=nb.seed, progress=True)
-ko_table = pd.DataFrame([dict(method=name, heads=", ".join(f"A{l}.{h}" for l, h in named[name]), k=r["k"],
-                              drop=r["drop"], p=r["p"],
-                              random_drop_mean=float(np.mean(r["random_drops"])) if r["random_drops"] else float("nan"),
-                              random_drop_max=float(np.max(r["random_drops"])) if r["random_drops"] else float("nan"))
-                         for name, r in ko["methods"].items()])
-knockout_p = float(ko["methods"]["traced year heads"]["p"])
+ko_table = gt.knockout_table(ko, named)
 print(f"selection {len(sel)} / test {len(test)} prompts; units prob_diff on the test half {ko['base']:.3f}")
 ko_table.round(3)
 
@@ -210,23 +201,13 @@ plotting.savefig(fig, "accpp/02_greater_than_year_heads", profile=nb.profile)
 # (precondition). The two other head choices are evidence.
 
 # %%
-frac_year = float((table["n_year_heads"] > 0).mean())
 ranks = [r for c in circuits for r in signal_ranks(c.graph)]
 assert len(circuits) >= min(8, N_TRACE), f"only {len(circuits)} prompts solved at the traced position"
-m = claims.Measurement(
-    claim="accpp/greater-than-circuit",
-    values=dict(frac_year_head=frac_year, n_year_heads_selection=len(traced_heads), mlp_share=mlp_share, late_mlp_share=late_mlp_share,
-                knockout_p=knockout_p, prob_diff=float(behaviour["prob_diff"]), n_random=N_RANDOM),
-    evidence=dict(year_heads_selection=[f"A{l}.{h}" for l, h in traced_heads],
-                  knockout={name: dict(k=r["k"], drop=r["drop"], p=r["p"]) for name, r in ko["methods"].items()},
-                  units_prob_diff_test=ko["base"], rank1=sum(r == 1 for r in ranks) / max(len(ranks), 1)),
-    tables={"02_greater_than_knockouts": ko_table, "02_greater_than_circuits": table.drop(columns=["mlp_layers"])},
+m = gt.measure_greater_than_circuit(
+    table, seeds_df, ko, named, ranks, prob_diff=behaviour["prob_diff"], late_from=LATE_FROM, n_random=N_RANDOM,
     config=dict(model=MODEL, mode=prompts[0].mode, n_behaviour=len(prompts), n_traced=len(circuits),
                 n_selection=len(sel), n_test=len(test), late_from=LATE_FROM, n_random=N_RANDOM,
-                variant=circuits[0].meta["variant"]),
-    unit="fraction of circuits with a year head",
-    note=(f"{MODEL}, {len(circuits)} traced prompts; heads chosen on {len(sel)}, knocked out on {len(test)}: "
-          + "; ".join(f"{n} drop {r['drop']:.3f} (p={r['p']:.2f})" for n, r in ko["methods"].items())),
-)
+                variant=circuits[0].meta["variant"]))
+assert m.claim == "accpp/greater-than-circuit"
 v = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 v

@@ -189,38 +189,13 @@ specificity.round(3)
 config = dict(model=MODEL, n_behaviour=N_BEHAVIOUR, n_traced_per_language=N_TRACE, languages=LANGS, n_boot=N_BOOT,
               templates="ours (data/names/ioi_multilingual_templates.json)", variant=circuits["en"][0].meta["variant"])
 assert all(len(s_) > 0 for lang in LANGS for s_ in sets["components"][lang]), "an empty circuit"
-min_acc = float(min(metrics[lang].accuracy for lang in LANGS))
-a, b, d, margin = closest["components"]
-pair = "-".join(sorted((a, b)))
-spec_ev = {f"{lvl}_{'corrected' if c == 'chance-corrected' else 'plain'}": dict(
-    specificity=float(r["specificity"]), ci_low=float(r["specificity_ci_low"]), ci_high=float(r["specificity_ci_high"]),
-    cross=float(r["cross"]), null=float(r["null"])) for (lvl, c), r in specificity.iterrows()}
+accuracy = {lang: float(metrics[lang].accuracy) for lang in LANGS}
 measurements = [
-    claims.Measurement(
-        claim="accpp/multilingual-component-reuse",
-        values=dict(reuse_gap=similarity["components"] - similarity["signals"],
-                    frac_pairs_component_gt_signal=frac_comp_gt_sig, min_language_accuracy=min_acc,
-                    specificity_gap_ci_low=gap[True]["ci_low"], n_parallel_prompts=N_TRACE),
-        evidence=dict(similarity=similarity, within_language=within, specificity=spec_ev,
-                      signal_minus_component_specificity={("corrected" if k else "plain"): v for k, v in gap.items()}),
-        tables={"03_multilingual_specificity": specificity.reset_index(), "03_multilingual_pairs": pairs},
-        config=config, unit="component minus signal cross-language Jaccard similarity",
-        note=(f"{MODEL}, {N_TRACE} parallel prompts; against the within-language null (other names), "
-              f"specificity (1 - cross/null, chance-corrected Jaccard): components "
-              f"{spec_ev['components_corrected']['specificity']:+.2f}, signals {spec_ev['signals_corrected']['specificity']:+.2f}; "
-              f"signal minus component {gap[True]['gap']:+.2f} (95% CI {gap[True]['ci_low']:+.2f} to {gap[True]['ci_high']:+.2f})")),
-    claims.Measurement(
-        claim="accpp/multilingual-es-pt-closest",
-        values=dict(es_pt_closest=pair == "es-pt", closest_pair_stable=bool(stable["components"]),
-                    min_language_accuracy=min_acc),
-        evidence=dict(closest=pair, distance=d, margin=margin, bootstrap=boot,
-                      distances=dist["components"].round(4).to_dict(),
-                      closest_by_signals="-".join(sorted(closest["signals"][:2]))),
-        tables={"03_multilingual_distances": dist["components"].reset_index()}, config=config,
-        unit="closest language pair (component Jaccard distance)",
-        note=(f"{MODEL}, {N_TRACE} parallel prompts per language; closest pair {pair}; es-pt is the closest pair in "
-              f"{boot['frac_closest']:.0%} of bootstrap resamples of the prompts")),
+    ml.measure_component_reuse(similarity, pairs, within, specificity, gap, accuracy, N_TRACE, config=config),
+    ml.measure_es_pt_closest(dist["components"], dist["signals"], stable["components"], boot, accuracy, N_TRACE,
+                             config=config),
 ]
+assert [m.claim for m in measurements] == ["accpp/multilingual-component-reuse", "accpp/multilingual-es-pt-closest"]
 # every claim is recorded first; a failed asserted check stops the run afterwards
 verdicts = claims.conclude_all(measurements, profile=nb.profile, seed=nb.seed)
 for v in verdicts:

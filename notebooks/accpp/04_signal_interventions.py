@@ -42,7 +42,8 @@ import seaborn as sns
 import torch
 
 from accpp import datasets, ioi
-from accpp.interventions import Intervener, compare_subspaces, paired_summary, top_seed_edges
+from accpp.interventions import (Intervener, compare_subspaces, measure_intervention_selective, paired_summary,
+                                 top_seed_edges)
 from accpp.models import load_model
 from accpp.trace import Tracer
 from compendium import claims, notebook, plotting, profiles
@@ -186,37 +187,12 @@ plotting.savefig(fig, "accpp/04_signal_interventions", profile=nb.profile)
 # %%
 assert consistency < 1e-3, consistency  # the model reproduces the tracer's predicted A_ds drops
 assert (sig["attn_drop"] > 0).all(), sig[["signal", "attn_drop"]]
-m = claims.Measurement(
-    claim="accpp/intervention-selective",
-    values=dict(abs_dld_ratio=main["abs_dld_ratio"], abs_dld_ratio_ci_low=main["abs_dld_ratio_ci_low"],
-                n_edges=n_edges, n_random=N_RANDOM),
-    evidence=dict(
-        control="random_matched (same directions as random, rescaled to the signal's removed norm)",
-        abs_dld_ratio_ci_high=main["abs_dld_ratio_ci_high"], wilcoxon_p=main["wilcoxon_p"],
-        frac_edges_signal_above=main["frac_edges_signal_above"],
-        median_abs_dld_signal=main["median_abs_dld_signal"], median_abs_dld_matched=main["median_abs_dld_control"],
-        median_rel_dld_signal=main["median_rel_dld_signal"], median_rel_dld_matched=main["median_rel_dld_control"],
-        median_head_input_cos_signal=main["median_head_input_cos_signal"],
-        median_head_input_cos_matched=main["median_head_input_cos_control"],
-        median_final_resid_cos_signal=main["median_final_resid_cos_signal"],
-        median_removed_norm_signal=main["median_removed_norm_signal"],
-        median_removed_norm_random=paired["random"]["median_removed_norm_control"],
-        abs_dld_ratio_vs_random=paired["random"]["abs_dld_ratio"],
-        abs_dld_ratio_vs_random_ci_low=paired["random"]["abs_dld_ratio_ci_low"],
-        wilcoxon_p_vs_random=paired["random"]["wilcoxon_p"],
-        median_attn_drop_signal=float(summary.loc["median_attn_drop", "signal"]),
-        tracer_consistency_max_abs=consistency),
-    tables={"04_signal_interventions": df.drop(columns=["sing"])},
+m = measure_intervention_selective(
+    df, paired, consistency, N_RANDOM,
     config=dict(model=MODEL, n_prompts=len(chosen), edges_per_prompt=EDGES_PER_PROMPT, n_random=N_RANDOM,
                 controls=list(CONTROLS), n_boot=N_BOOT, edges="top attribution into seed firings",
-                metric="logit(IO) - logit(S)", variant=circuits[0].meta["variant"]),
-    unit="x (median |dLD|, signal / norm-matched random)",
-    note=(f"{MODEL}, {len(chosen)} IOI prompts, {n_edges} signal edges into seed firings, {N_RANDOM} draws per "
-          f"control. Cosine at the intervention point: median {main['median_head_input_cos_signal']:.4f} for "
-          f"signals (brief: about {paper_cos}); final residual {main['median_final_resid_cos_signal']:.4f}. "
-          f"Relative change of the logit difference: median {main['median_rel_dld_signal']:+.2f} (signal) vs "
-          f"{main['median_rel_dld_control']:+.3f} (norm-matched)."),
-)
+                metric="logit(IO) - logit(S)", variant=circuits[0].meta["variant"]))
+assert m.claim == "accpp/intervention-selective"
 v = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 print(f"total {time.perf_counter() - t_start:.0f} s")
 v

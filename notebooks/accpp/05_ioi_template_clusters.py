@@ -186,9 +186,6 @@ pd.concat(perm, names=["level", "term"]).round(4)
 # recorded beside it as values.
 
 # %%
-a = align.loc["components"]
-best = "template" if a.loc["template", "ari"] >= a.loc["order", "ari"] else "order"
-pc = perm["components"]
 runtime_s = time.perf_counter() - t_start
 config = dict(model=MODEL, templates=TEMPLATES, per_cell=PER_CELL, drawn_per_cell=DRAWN, n_traced=len(prompts),
               n_perm=N_PERM, distance="Jaccard on component sets (heads + MLPs)", linkage="average",
@@ -196,29 +193,9 @@ config = dict(model=MODEL, templates=TEMPLATES, per_cell=PER_CELL, drawn_per_cel
               variant=circuits[0].meta["variant"])
 assert all(len(s_) > 0 for s_ in comp), "an empty circuit"
 assert np.allclose(D["components"], D["components"].T) and np.all(np.diag(D["components"]) == 0)
-m = claims.Measurement(
-    claim="accpp/ioi-template-clusters",
-    values=dict(ari_best=float(a.loc[best, "ari"]), p_ari_best=float(a.loc[best, "p_ari"]),
-                gap_best=float(a.loc[best, "gap"]), p_gap_best=float(a.loc[best, "p_gap"]), n_perm=N_PERM,
-                traced_fraction=len(prompts) / (len(TEMPLATES) * 2 * PER_CELL),
-                permanova_template_F=float(pc.loc["template", "F"]), permanova_template_p=float(pc.loc["template", "p"]),
-                permanova_template_R2=float(pc.loc["template", "R2"]),
-                permanova_order_F=float(pc.loc["order", "F"]), permanova_order_p=float(pc.loc["order", "p"]),
-                permanova_order_R2=float(pc.loc["order", "R2"]),
-                permanova_interaction_p=float(pc.loc["template x order", "p"]),
-                permanova_size_p=float(pc.loc["size", "p"])),
-    evidence=dict(best=best, alignment={f"{lvl}/{lab}": {k: float(v) for k, v in r.items() if np.isfinite(v)}
-                                        for (lvl, lab), r in align.iterrows()},
-                  permanova_signals={t: {k: float(v) for k, v in r.items() if np.isfinite(v)}
-                                     for t, r in perm["signals"].iterrows()}),
-    tables={"05_ioi_alignment": align.reset_index(), "05_ioi_permanova": pd.concat(perm, names=["level", "term"]).reset_index(),
-            "05_ioi_cells": cells},
-    config=config, unit=f"ARI of the average-linkage cut vs the {best} labels (component Jaccard)",
-    note=(f"{MODEL}, {len(prompts)} prompts; PERMANOVA on component Jaccard distances: template R2 "
-          f"{pc.loc['template', 'R2']:.3f} (p={pc.loc['template', 'p']:.3f}), order R2 {pc.loc['order', 'R2']:.3f} "
-          f"(p={pc.loc['order', 'p']:.3f}), interaction p={pc.loc['template x order', 'p']:.3f}, size "
-          f"p={pc.loc['size', 'p']:.3f}; the k-cut follows {best} (ARI {a.loc[best, 'ari']:.3f})"),
-)
+m = cl.measure_template_clusters(align, perm, cells, N_PERM, n_traced=len(prompts),
+                                n_planned=len(TEMPLATES) * 2 * PER_CELL, config=config)
+assert m.claim == "accpp/ioi-template-clusters"
 v = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 print(f"notebook {runtime_s:.0f} s")
 v

@@ -29,7 +29,7 @@ import torch
 from compendium import claims, notebook, plotting, profiles
 from protot import bench
 from kernels.proto_mixer import chunk_decay_linear_attn_ref, naive_decay_linear_attn, recurrent_decay_linear_attn_ref
-from protot.mixer import channel_mix, channel_mix_by_definition, decay_cumsum
+from protot.mixer import channel_mix, channel_mix_by_definition, decay_cumsum, measure_forms_agree
 from protot.models import build_model
 
 # one thread at cpu: timings on a shared 2-core machine are far steadier than with two
@@ -155,7 +155,6 @@ for norm in ("write_mass", "count", "none"):
                          "max_abs_diff": (got - ref).abs().max().item(),
                          "scale": ref.abs().max().item()})
 agree = pd.DataFrame(rows)
-MAX_DIFF = max(agree.max_abs_diff.max(), *step1.values(), *step3.values(), *step4.values())
 agree.pivot_table(index=["normalization", "include_current"], columns="form", values="max_abs_diff")
 
 # %% [markdown]
@@ -163,16 +162,12 @@ agree.pivot_table(index=["normalization", "include_current"], columns="form", va
 # outputs compared (its precondition: outputs of order one, so that agreement is not the agreement of zeros).
 
 # %%
-forms_agree = claims.conclude(claims.Measurement(
-    "protot/mixer-forms-agree",
-    values={"max_abs_diff": MAX_DIFF, "output_scale": float(agree.scale.min())},
-    evidence={"step 1 (linear attention)": step1, "step 3 (recurrent)": step3, "step 4 (chunked)": step4,
-              "full mixer, worst case": float(agree.max_abs_diff.max())},
-    tables={"mixer_forms_agree": agree},
+m = measure_forms_agree(
+    agree, {"step 1 (linear attention)": step1, "step 3 (recurrent)": step3, "step 4 (chunked)": step4},
     config={"B": B, "T": T, "R": R, "V": V, "decays": beta.tolist(), "eps": EPS, "chunk_sizes": [1, 8, 16, 64, 128],
-            "dtype": "float64"},
-    note="definition vs quadratic / recurrent / chunked forms, all normalisations, s<=t and s<t",
-), profile=nb.profile, seed=nb.seed)
+            "dtype": "float64"})
+assert m.claim == "protot/mixer-forms-agree"
+forms_agree = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 forms_agree
 
 # %% [markdown]
@@ -211,9 +206,7 @@ LENGTHS = {"chunk": T_LINEAR, "recurrent": T_REC, "quadratic": T_QUAD}
 seconds = bench.time_forms(LENGTHS, rounds=COST_ROUNDS, clock=CLOCK)  # interleaved rounds, best per (form, T)
 cost = pd.DataFrame([{"form": form, "T": Tn, "seconds": seconds[(form, Tn)], "saved_bytes": bench.memory_form(form, Tn)}
                      for form, Ts in LENGTHS.items() for Tn in Ts])
-fitted = {form: d[d["T"] >= FIT_FROM[form]] for form, d in cost.groupby("form")}
-slopes = {form: {"time": bench.loglog_slope(d["T"], d["seconds"]), "memory": bench.loglog_slope(d["T"], d["saved_bytes"])}
-          for form, d in fitted.items()}
+slopes = bench.cost_slopes(cost, FIT_FROM)
 pd.DataFrame(slopes).T
 
 # %%
@@ -235,18 +228,11 @@ plotting.savefig(fig, "protot/mixer_cost_vs_length", profile=nb.profile)
 # the quadratic form grow as $T^2$ (so the measurement can tell the two apart).
 
 # %%
-linear_cost = claims.conclude(claims.Measurement(
-    "protot/mixer-linear-cost",
-    values={"chunk_memory_slope": slopes["chunk"]["memory"], "quadratic_memory_slope": slopes["quadratic"]["memory"]},
-    evidence={"chunk_time_slope": slopes["chunk"]["time"], "quadratic_time_slope": slopes["quadratic"]["time"],
-              "recurrent_time_slope": slopes["recurrent"]["time"], "recurrent_memory_slope": slopes["recurrent"]["memory"]},
-    tables={"mixer_cost_vs_length": cost},
-    config={"T": LENGTHS, "fit_from": FIT_FROM, "clock": CLOCK, "rounds": COST_ROUNDS, "R": 32, "V": 128,
-            "batch": 1, "dtype": "float32", "threads": torch.get_num_threads()},
-    note=(f"chunked form: memory slope {slopes['chunk']['memory']:.2f}, forward-time slope {slopes['chunk']['time']:.2f} "
-          f"(fitted from T = {FIT_FROM['chunk']}); quadratic form: memory {slopes['quadratic']['memory']:.2f}, "
-          f"time {slopes['quadratic']['time']:.2f}"),
-), profile=nb.profile, seed=nb.seed)
+m = bench.measure_linear_cost(
+    cost, FIT_FROM, config={"T": LENGTHS, "fit_from": FIT_FROM, "clock": CLOCK, "rounds": COST_ROUNDS, "R": 32,
+                            "V": 128, "batch": 1, "dtype": "float32", "threads": torch.get_num_threads()})
+assert m.claim == "protot/mixer-linear-cost"
+linear_cost = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 linear_cost
 
 # %% [markdown]
@@ -270,7 +256,7 @@ for arch in ("protot", "llama"):
         decode.append({"arch": arch, "context": L, "sec_per_token": sec})
 decode = pd.DataFrame(decode)
 per = decode.pivot(index="context", columns="arch", values="sec_per_token")
-ratios = (per.loc[max(CONTEXTS)] / per.loc[min(CONTEXTS)]).to_dict()
+ratios = bench.decode_ratios(decode)
 print(f"time per token at {max(CONTEXTS)} / at {min(CONTEXTS)} context:", {k: round(v, 3) for k, v in ratios.items()})
 per * 1e3
 
@@ -288,15 +274,10 @@ plotting.savefig(fig, "protot/decode_time_vs_context", profile=nb.profile)
 # sweep could not tell O(1) decoding from O(T)).
 
 # %%
-decode_constant = claims.conclude(claims.Measurement(
-    "protot/decode-constant-time",
-    values={"protot_time_ratio": ratios["protot"], "llama_time_ratio": ratios["llama"]},
-    evidence={"ms_per_token": (per * 1e3).round(4).to_dict()},
-    tables={"decode_time_vs_context": decode},
-    config={"contexts": CONTEXTS, "size": "small", "vocab": VOCAB, "rounds": ROUNDS, "device": nb.device},
-    note=(f"time per token at {max(CONTEXTS)} over {min(CONTEXTS)} tokens of context: ProtoT "
-          f"{ratios['protot']:.2f}x, LLaMA {ratios['llama']:.2f}x"),
-), profile=nb.profile, seed=nb.seed)
+m = bench.measure_decode_constant(
+    decode, config={"contexts": CONTEXTS, "size": "small", "vocab": VOCAB, "rounds": ROUNDS, "device": nb.device})
+assert m.claim == "protot/decode-constant-time"
+decode_constant = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 decode_constant
 
 # %% [markdown]

@@ -130,43 +130,22 @@ for name in committed:  # the committed models really learned something
     assert pretrained.manifest(name)["eval"]["validation"]["ppl"] < unigram / 3, name
 
 comparable_setup = False  # our corpus and 12k BPE, not FineWeb-Edu with the paper's tokenizer
-ranking = sorted(val, key=val.get)
 tokens_seen = BASE.steps * BASE.tokens_per_step
 scale_note = (f"{nb.profile} profile: {BASE.size} models ({params['protot']['non_embedding']:,} non-embedding params), "
               f"{tokens_seen:,} tokens of our offline corpus, 12k BPE; the paper: 12 layers x 512, FineWeb-Edu, "
               "its own tokenizer.")
 cfg_rec = {"train": BASE.to_dict(), "eval_blocks": EVAL_BLOCKS, "device": nb.device}
-committed_ppl = {pretrained.manifest(n)["arch"]: (n, pretrained.manifest(n)) for n in committed}
+manifests = {n: pretrained.manifest(n) for n in committed}
 verdicts = {}
 for a, key in (("protot", "protot/ppl-protot-large"), ("llama", "protot/ppl-llama-large"),
                ("deltanet", "protot/ppl-deltanet-large")):
-    evidence = {"wikitext2_ppl": float(ours.loc[ours.model == a, "WikiText-2 ppl"].iloc[0]),
-                "val_bits_per_byte": float(ours.loc[ours.model == a, "val bits/byte"].iloc[0]),
-                "unigram_ppl": unigram}
-    if a in committed_ppl:
-        n, man = committed_ppl[a]
-        evidence[f"models/{n} val_ppl"] = man["eval"]["validation"]["ppl"]
-        evidence[f"models/{n} tokens"] = man["tokens_seen"]
-    verdicts[a] = claims.conclude(claims.Measurement(
-        key,
-        values={"val_ppl": val[a], "comparable_setup": comparable_setup},
-        evidence=evidence,
-        tables={"02_perplexity": table, "02_loss_curves": curves},
-        config=cfg_rec,
-        note=f"validation perplexity {val[a]:.1f}; " + scale_note,
-    ), profile=nb.profile, seed=nb.seed)
+    m = evaluate.measure_ppl(a, table, curves, unigram, manifests, comparable_setup, scale_note, config=cfg_rec)
+    assert m.claim == key
+    verdicts[a] = claims.conclude(m, profile=nb.profile, seed=nb.seed)
     display(verdicts[a])
 
 # %%
-ranking_verdict = claims.conclude(claims.Measurement(
-    "protot/ppl-ranking",
-    values={"protot_trails_llama": bool(val["protot"] > val["llama"]),
-            "protot_trails_mamba": bool(val["protot"] > val["mamba"]),
-            "protot_deltanet_gap": abs(val["protot"] / val["deltanet"] - 1),
-            "worst_ppl_over_unigram": max(val.values()) / unigram},
-    evidence={"order (best first)": " < ".join(ranking), "val_ppl": val, "unigram_ppl": unigram},
-    tables={"02_perplexity": table},
-    config=cfg_rec,
-    note=f"validation perplexity, best first: {' < '.join(f'{a} {val[a]:.1f}' for a in ranking)}; " + scale_note,
-), profile=nb.profile, seed=nb.seed)
+m = evaluate.measure_ppl_ranking(table, unigram, scale_note, config=cfg_rec)
+assert m.claim == "protot/ppl-ranking"
+ranking_verdict = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 ranking_verdict

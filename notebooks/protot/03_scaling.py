@@ -137,25 +137,10 @@ for arch in ARCHS:
     big = grid[(grid.arch == arch) & (grid.params == grid[grid.arch == arch].params.max())].sort_values("tokens")
     assert big.ppl.iloc[-1] <= big.ppl.iloc[0] * 1.05, (arch, big.ppl.tolist())
 
-exponents = {a: {"vs_params": f["params"]["exponent"], "vs_tokens": f["tokens"]["exponent"]} for a, f in fits.items()}
-baseline_mean = {k: float(np.mean([exponents[a][k] for a in BASELINES])) for k in ("vs_params", "vs_tokens")}
-scaling = claims.conclude(claims.Measurement(
-    "protot/scaling-trend",
-    values={"tokens_exponent_ratio": exponents["protot"]["vs_tokens"] / baseline_mean["vs_tokens"],
-            "params_exponent_ratio": exponents["protot"]["vs_params"] / baseline_mean["vs_params"],
-            "protot_exponent_tokens": exponents["protot"]["vs_tokens"],
-            "protot_exponent_params": exponents["protot"]["vs_params"],
-            "min_fit_r2": min(f[k]["r2"] for f in fits.values() for k in f),
-            "max_baseline_exponent": max(exponents[a][k] for a in BASELINES for k in ("vs_params", "vs_tokens"))},
-    evidence={"exponents": exponents, "baseline_mean": baseline_mean,
-              "r2": {a: {k: f[k]["r2"] for k in f} for a, f in fits.items()}},
-    tables={"03_scaling_grid": grid, "03_scaling_fits": fit_table},
+m = sweep.measure_scaling_trend(
+    fits, grid, fit_table, BASELINES, DATA, [size_name(s, o) for s, o in SIZES], nb.profile,
     config={"train": BASE.to_dict(), "sizes": [[s, o] for s, o in SIZES], "data_tokens": [int(t) for t in DATA],
-            "device": nb.device},
-    note=(f"ppl = c x^a; vs non-embedding params at {DATA[-1]:,} tokens and vs tokens at the largest size; "
-          f"{nb.profile} profile: {len(SIZES)} sizes {[size_name(s, o) for s, o in SIZES]}, our offline corpus and "
-          f"12k BPE. ProtoT's exponents: {exponents['protot']['vs_params']:.3f} (params), "
-          f"{exponents['protot']['vs_tokens']:.3f} (tokens); the baselines' mean: {baseline_mean['vs_params']:.3f}, "
-          f"{baseline_mean['vs_tokens']:.3f}."),
-), profile=nb.profile, seed=nb.seed)
+            "device": nb.device})
+assert m.claim == "protot/scaling-trend"
+scaling = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 scaling

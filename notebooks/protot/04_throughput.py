@@ -127,46 +127,14 @@ flatness.to_frame().round(2)
 # *inconclusive*: the contexts each model reached are in the evidence.
 
 # %%
-def ratio_at_or_below(context):
-    """(context used, ProtoT / LLaMA tokens/s there): the longest context <= ``context`` both reached."""
-    r = ratio[ratio.index <= context]
-    return int(r.index[-1]), float(r.iloc[-1])
-
-
-longest_both = int(both.index.max())
-longest_all = int(wide.dropna().index.max()) if len(wide.dropna()) else 0
-ratio_longest = float(ratio.loc[longest_both])
-ratio_8k_context, ratio_8k = ratio_at_or_below(8 * KT)  # 8k itself whenever the precondition holds
-reached = {a: int(wide[a].dropna().index.max()) for a in wide.columns}
-direction = ("ahead already at 8k" if ratio_8k >= 1 else
-             "not ahead by the longest context" if ratio_longest < 1 else "crosses between 8k and the longest context")
-common = dict(tables={"throughput_training": train, "throughput_decoding": decode},
-              config={"contexts": CONTEXTS, "model": MODEL, "tokens_per_step": TOKENS_PER_STEP,
-                      "step_budget_s": STEP_BUDGET_S, "device": nb.device, "source": source})
-crossover_verdict = claims.conclude(claims.Measurement(
-    "protot/throughput-crossover",
-    values={"protot_llama_ratio_longest": ratio_longest, "protot_llama_ratio_8k": ratio_8k,
-            "longest_context_both": longest_both},
-    evidence={"crossover_context": None if cross is None else round(cross), "direction": direction,
-              "protot_llama_ratio_8k measured at": ratio_8k_context, "longest context reached": reached,
-              "protot_over_llama_by_context": ratio.round(3).to_dict(),
-              "decode_time_growth": flatness.round(3).to_dict()},
-    unit="ProtoT / LLaMA training tokens/s",
-    note=(f"ProtoT passes LLaMA at {'%.0f tokens' % cross if cross else 'no context up to %d' % longest_both} "
-          f"({source}); ProtoT/LLaMA tokens/s at {longest_both}: {ratio_longest:.2f}"),
-    **common,
-), profile=nb.profile, seed=nb.seed)
+config = {"contexts": CONTEXTS, "model": MODEL, "tokens_per_step": TOKENS_PER_STEP, "step_budget_s": STEP_BUDGET_S,
+          "device": nb.device, "source": source}
+m = tp.measure_throughput_crossover(train, decode, source, config=config)
+assert m.claim == "protot/throughput-crossover"
+crossover_verdict = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 display(crossover_verdict)
 
-fastest = at_longest.index[0]
-fastest_verdict = claims.conclude(claims.Measurement(
-    "protot/throughput-deltanet-fastest",
-    values={"deltanet_fastest": bool(wide.loc[longest_all].idxmax() == "deltanet") if longest_all else False,
-            "longest_context_all": longest_all},
-    evidence={"fastest_at_longest_reached": f"{fastest} at {int(longest)}", "longest context reached": reached,
-              "tokens_per_s_at_longest_reached": at_longest.round(1).to_dict()},
-    note=(f"fastest at {int(longest)} tokens: {fastest} ({at_longest.iloc[0]:.0f} tokens/s); models past the step "
-          f"budget ({STEP_BUDGET_S} s) were not run at longer contexts"),
-    **common,
-), profile=nb.profile, seed=nb.seed)
+m = tp.measure_deltanet_fastest(train, decode, STEP_BUDGET_S, config=config)
+assert m.claim == "protot/throughput-deltanet-fastest"
+fastest_verdict = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 display(fastest_verdict)

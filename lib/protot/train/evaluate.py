@@ -72,3 +72,76 @@ def unigram_perplexity(split: str = "validation", lang: str = "en") -> float:
     counts = np.bincount(train, minlength=vocab).astype(np.float64) + 1.0
     logp = np.log(counts / counts.sum())
     return float(math.exp(-logp[target].mean()))
+
+
+# --- the claims of notebook protot/02_training ---
+
+PPL_CLAIMS = {"protot": "protot/ppl-protot-large", "llama": "protot/ppl-llama-large",
+              "deltanet": "protot/ppl-deltanet-large"}
+
+
+def _trained_here(table) -> "pd.DataFrame":
+    missing = [c for c in ("model", "source", "val ppl", "val bits/byte", "WikiText-2 ppl") if c not in table]
+    if missing:
+        raise ValueError(f"the perplexity table lacks column(s) {missing}")
+    ours = table[table["source"].str.startswith("trained")]
+    if ours["model"].duplicated().any():
+        raise ValueError(f"a model trained here appears twice in the perplexity table: {ours['model'].tolist()}")
+    return ours
+
+
+def measure_ppl(arch: str, table, curves, unigram: float, committed: dict[str, dict], comparable_setup: bool,
+                scale_note: str, config: dict | None = None):
+    """Claims protot/ppl-<arch>-large: the validation perplexity of the model of ``arch`` trained here.
+
+    ``table``: one row per model (``model``, ``source`` starting with "trained" for the models trained
+    in this run, ``val ppl``, ``val bits/byte``, ``WikiText-2 ppl``); ``curves``: the training curves
+    (recorded with it); ``committed``: {name: manifest} of committed models (a model of the same
+    architecture adds its own validation perplexity and tokens as evidence); ``scale_note``: prose on the
+    setting, appended to the note.
+    """
+    from compendium.claims import Measurement
+
+    if arch not in PPL_CLAIMS:
+        raise ValueError(f"measure_ppl: no perplexity claim for {arch!r}; known: {sorted(PPL_CLAIMS)}")
+    ours = _trained_here(table)
+    row = ours[ours["model"] == arch]
+    if len(row) != 1:
+        raise ValueError(f"measure_ppl: no model {arch!r} trained here in the table (models {ours['model'].tolist()})")
+    val = float(row["val ppl"].iloc[0])
+    evidence = {"wikitext2_ppl": float(row["WikiText-2 ppl"].iloc[0]),
+                "val_bits_per_byte": float(row["val bits/byte"].iloc[0]), "unigram_ppl": unigram}
+    same = {man["arch"]: (name, man) for name, man in committed.items()}  # one committed model per architecture
+    if arch in same:
+        name, man = same[arch]
+        evidence[f"models/{name} val_ppl"] = man["eval"]["validation"]["ppl"]
+        evidence[f"models/{name} tokens"] = man["tokens_seen"]
+    return Measurement(
+        PPL_CLAIMS[arch], values={"val_ppl": val, "comparable_setup": bool(comparable_setup)}, evidence=evidence,
+        tables={"02_perplexity": table, "02_loss_curves": curves}, config=dict(config or {}),
+        note=f"validation perplexity {val:.1f}; " + scale_note)
+
+
+def measure_ppl_ranking(table, unigram: float, scale_note: str, config: dict | None = None):
+    """Claim protot/ppl-ranking: ProtoT trails LLaMA and Mamba and is close to DeltaNet (validation
+    perplexity of the models trained here); ``worst_ppl_over_unigram`` (power precondition) says whether
+    every model learned beyond token frequencies."""
+    from compendium.claims import Measurement
+
+    ours = _trained_here(table)
+    val = dict(zip(ours["model"], ours["val ppl"]))
+    missing = [a for a in ("protot", "llama", "mamba", "deltanet") if a not in val]
+    if missing:
+        raise ValueError(f"measure_ppl_ranking: no model trained here for {missing}")
+    if not unigram > 0:
+        raise ValueError(f"measure_ppl_ranking: the unigram perplexity must be positive, got {unigram}")
+    ranking = sorted(val, key=val.get)
+    return Measurement(
+        "protot/ppl-ranking",
+        values={"protot_trails_llama": bool(val["protot"] > val["llama"]),
+                "protot_trails_mamba": bool(val["protot"] > val["mamba"]),
+                "protot_deltanet_gap": abs(val["protot"] / val["deltanet"] - 1),
+                "worst_ppl_over_unigram": max(val.values()) / unigram},
+        evidence={"order (best first)": " < ".join(ranking), "val_ppl": val, "unigram_ppl": unigram},
+        tables={"02_perplexity": table}, config=dict(config or {}),
+        note=f"validation perplexity, best first: {' < '.join(f'{a} {val[a]:.1f}' for a in ranking)}; " + scale_note)

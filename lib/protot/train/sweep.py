@@ -75,3 +75,40 @@ def load_run(out: str | Path, device: str = "cpu"):
     model = build_model(cfg, tk.load_tokenizer().get_vocab_size())
     checkpoint.load(ck, model, None, {"tokenizer_sha256": tk.tokenizer_hash()}, device=device)
     return model.to(device).eval(), cfg
+
+
+def measure_scaling_trend(fits: dict[str, dict], grid, fit_table, baselines, data_tokens: list[int],
+                          size_names: list[str], profile: str, config: dict | None = None):
+    """Claim protot/scaling-trend: ProtoT's power-law exponents over the baselines' mean.
+
+    ``fits``: {arch: {"params": fit, "tokens": fit}} of :func:`fit_power_law` (perplexity against
+    non-embedding parameters at the full budget ``data_tokens[-1]``, and against tokens at the largest
+    size), including "protot" and every arch of ``baselines``; ``grid`` and ``fit_table`` are the
+    figures' tables. Preconditions read ``min_fit_r2`` and ``max_baseline_exponent``.
+    """
+    from compendium.claims import Measurement
+
+    baselines = list(baselines)
+    missing = [a for a in ("protot", *baselines) if a not in fits]
+    if missing or not baselines:
+        raise ValueError(f"measure_scaling_trend: no fits for {missing or 'any baseline'} (fits: {sorted(fits)})")
+    for a, f in fits.items():
+        if set(f) != {"params", "tokens"}:
+            raise ValueError(f"measure_scaling_trend: the fits of {a!r} must be 'params' and 'tokens', got {sorted(f)}")
+    exponents = {a: {"vs_params": f["params"]["exponent"], "vs_tokens": f["tokens"]["exponent"]} for a, f in fits.items()}
+    baseline_mean = {k: float(np.mean([exponents[a][k] for a in baselines])) for k in ("vs_params", "vs_tokens")}
+    p = exponents["protot"]
+    return Measurement(
+        "protot/scaling-trend",
+        values={"tokens_exponent_ratio": p["vs_tokens"] / baseline_mean["vs_tokens"],
+                "params_exponent_ratio": p["vs_params"] / baseline_mean["vs_params"],
+                "protot_exponent_tokens": p["vs_tokens"], "protot_exponent_params": p["vs_params"],
+                "min_fit_r2": min(f[k]["r2"] for f in fits.values() for k in f),
+                "max_baseline_exponent": max(exponents[a][k] for a in baselines for k in ("vs_params", "vs_tokens"))},
+        evidence={"exponents": exponents, "baseline_mean": baseline_mean,
+                  "r2": {a: {k: f[k]["r2"] for k in f} for a, f in fits.items()}},
+        tables={"03_scaling_grid": grid, "03_scaling_fits": fit_table}, config=dict(config or {}),
+        note=(f"ppl = c x^a; vs non-embedding params at {data_tokens[-1]:,} tokens and vs tokens at the largest size; "
+              f"{profile} profile: {len(size_names)} sizes {list(size_names)}, our offline corpus and "
+              f"12k BPE. ProtoT's exponents: {p['vs_params']:.3f} (params), {p['vs_tokens']:.3f} (tokens); the "
+              f"baselines' mean: {baseline_mean['vs_params']:.3f}, {baseline_mean['vs_tokens']:.3f}."))

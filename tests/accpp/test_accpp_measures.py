@@ -1,0 +1,287 @@
+"""The claims' measure_* functions of the ACC++ notebooks 01-05, on tiny hand-made inputs.
+
+Each test recomputes the Measurement's values independently (by hand or another route), checks that
+the ledger's check can read them (every quantity present, of the right type), and feeds bad input.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from compendium import claims
+
+
+def fits_ledger(m: claims.Measurement) -> None:
+    """Every quantity the claim's check and preconditions read is there and evaluable."""
+    claim = claims.get_claim(m.claim)
+    missing = set(claim.quantities) - set(m.values)
+    assert not missing, missing
+    claims.evaluate(claim, m.values, "cpu")  # raises on a value of the wrong type
+
+
+# ----------------------------------------------------------------------------- 01_ioi
+def test_candidates_exact():
+    from accpp.ioi import measure_candidates_exact
+
+    exact = pd.DataFrame([dict(query_side=1e-15, key_side=3e-14, query_vs_residual=2e-7, key_vs_residual=5e-7,
+                               softmax_vs_model=1e-8, firings=20),
+                          dict(query_side=4e-14, key_side=1e-15, query_vs_residual=9e-7, key_vs_residual=1e-7,
+                               softmax_vs_model=3e-8, firings=7)])
+    m = measure_candidates_exact(exact, config=dict(model="tiny"))
+    assert m.values == dict(max_rel_err=4e-14, n_firings=27)
+    assert m.evidence == dict(vs_float32_model=9e-7, softmax_vs_model=3e-8)
+    assert "tiny" in m.note and "9.0e-07" in m.note
+    fits_ledger(m)
+    with pytest.raises(ValueError, match="firings"):
+        measure_candidates_exact(exact.drop(columns=["firings"]))
+    with pytest.raises(ValueError, match="identity columns"):
+        measure_candidates_exact(exact.drop(columns=["query_side", "key_side"]))
+    with pytest.raises(ValueError, match="empty"):
+        measure_candidates_exact(exact.iloc[:0])
+
+
+def test_signals_rank1():
+    from accpp.ioi import measure_signals_rank1
+
+    m = measure_signals_rank1([1, 2, 1, 1, 3], pd.DataFrame(dict(nodes=[4, 5])), accuracy=0.75)
+    assert m.values == dict(rank1_fraction=3 / 5, ioi_accuracy=0.75, n_signals=5)
+    assert m.evidence["rank_counts"] == {1: 3, 2: 1, 3: 1}
+    assert "over 2 IOI prompts" in m.note
+    fits_ledger(m)
+    with pytest.raises(ValueError, match="no signal edges"):
+        measure_signals_rank1([], pd.DataFrame(), 1.0)
+    with pytest.raises(ValueError, match="rank below 1"):
+        measure_signals_rank1([1, 0], pd.DataFrame(), 1.0)
+
+
+def test_ioi_roles():
+    from accpp.ioi import measure_ioi_roles
+    from accpp.roles import ROLES
+
+    r0, r1, r2 = ROLES[0], ROLES[1], ROLES[2]
+    role_sets = [{r0: ["9.1"], r1: ["7.3"], "other": ["0.1"]}, {r0: ["10.0"], r2: ["1.2"]}]  # union: 3 roles
+    null_sets = [{r0: ["9.1"]}, {}, {r1: []}]  # per prompt 1, 0, 0 (an empty list is no role)
+    m = measure_ioi_roles(role_sets, null_sets, pd.DataFrame(), accuracy=0.5)
+    assert m.values == dict(n_roles=3, ioi_accuracy=0.5, role_excess_per_prompt=2 - 1 / 3, n_null_prompts=3)
+    assert m.evidence["per_prompt_roles"] == [2, 2] and m.evidence["null_per_prompt"] == [1, 0, 0]
+    assert m.evidence["roles"][r0] == ["9.1", "10.0"]  # merged, sorted by (layer, head)
+    assert "other" not in m.evidence["roles"]  # only the known roles count
+    assert m.evidence["null_roles"] == 1 and m.config["n_null"] == 3
+    fits_ledger(m)
+    with pytest.raises(ValueError, match="null circuits"):
+        measure_ioi_roles(role_sets, [], pd.DataFrame(), 1.0)
+    with pytest.raises(ValueError, match="must be a dict"):
+        measure_ioi_roles([["9.1"]], null_sets, pd.DataFrame(), 1.0)
+
+
+def test_smaller_than_acc():
+    from accpp.acc import measure_smaller_than_acc
+
+    t = pd.DataFrame(dict(accpp_nodes=[10, 20], acc_nodes=[30, 100], legacy_nodes=[50, 40],
+                          acc_truncated=[False, True], legacy_truncated=[False, False]))
+    m = measure_smaller_than_acc(t, accuracy=0.9)
+    assert m.values == dict(size_ratio=(3 + 5) / 2, ioi_accuracy=0.9, n_compared=2)
+    assert m.evidence["legacy_ratio"] == (5 + 2) / 2 and m.evidence["ratios"] == [3.0, 5.0]
+    assert m.evidence["any_truncated"] is True and m.evidence["legacy_any_truncated"] is False
+    assert m.evidence["direction"] == "within"
+    assert "ratio" not in t  # the caller's table is left alone
+    fits_ledger(m)
+    with pytest.raises(ValueError, match="acc_nodes"):
+        measure_smaller_than_acc(t.drop(columns=["acc_nodes"]), 1.0)
+    with pytest.raises(ValueError, match="no compared prompts"):
+        measure_smaller_than_acc(t.iloc[:0], 1.0)
+    with pytest.raises(ValueError, match="no nodes"):
+        measure_smaller_than_acc(t.assign(accpp_nodes=[0, 1]), 1.0)
+
+
+# ----------------------------------------------------------------------------- 02_greater_than
+def _ko():
+    named = {"traced year heads": [(3, 1), (4, 0)], "attention to YY": [(2, 2), (3, 1)], "empty": []}
+    ko = {"base": 0.4, "methods": {"traced year heads": dict(k=2, drop=0.2, p=0.01, random_drops=[0.0, 0.1]),
+                                   "attention to YY": dict(k=2, drop=0.05, p=0.5, random_drops=[0.06, 0.02]),
+                                   "empty": dict(k=0, drop=0.0, p=1.0, random_drops=[])}}
+    return ko, named
+
+
+def test_greater_than_circuit():
+    from accpp import greater_than as gt
+
+    ko, named = _ko()
+    circuits = pd.DataFrame(dict(n_year_heads=[0, 2, 1, 0], mlp_layers=[[], [5], [], [1]], nodes=[3, 9, 7, 2]))
+    # positive seed attribution: head 2.0, mlp (layer 1) 1.0, mlp (layer 5) 3.0; the negative ones are ignored
+    seeds = pd.DataFrame(dict(kind=["head", "mlp", "mlp", "mlp", "emb"], layer=[3, 1, 5, 5, 0],
+                              attribution=[2.0, 1.0, 3.0, -4.0, -1.0]))
+    m = gt.measure_greater_than_circuit(circuits, seeds, ko, named, ranks=[1, 1, 2], prob_diff=0.3, late_from=4,
+                                        n_random=2, config=dict(model="tiny", n_selection=2, n_test=2))
+    assert m.values == dict(frac_year_head=0.5, n_year_heads_selection=2, mlp_share=4 / 6, late_mlp_share=3 / 4,
+                            knockout_p=0.01, prob_diff=0.3, n_random=2)
+    assert m.evidence["year_heads_selection"] == ["A3.1", "A4.0"] and m.evidence["rank1"] == 2 / 3
+    assert m.evidence["units_prob_diff_test"] == 0.4
+    kt = m.tables["02_greater_than_knockouts"].set_index("method")
+    assert kt.loc["attention to YY", "heads"] == "A2.2, A3.1" and kt.loc["attention to YY", "random_drop_mean"] == 0.04
+    assert math.isnan(kt.loc["empty", "random_drop_max"])
+    assert "mlp_layers" not in m.tables["02_greater_than_circuits"]
+    assert "heads chosen on 2, knocked out on 2" in m.note
+    fits_ledger(m)
+    with pytest.raises(ValueError, match="traced year heads"):
+        gt.measure_greater_than_circuit(circuits, seeds, {"base": 0, "methods": {}}, named, [1], 0.3, 4, 2)
+    with pytest.raises(ValueError, match="positive attribution"):
+        gt.measure_greater_than_circuit(circuits, seeds.assign(attribution=-1.0), ko, named, [1], 0.3, 4, 2)
+    with pytest.raises(ValueError, match="lacks column"):
+        gt.mlp_seed_shares(seeds.drop(columns=["layer"]), 4)
+    with pytest.raises(ValueError, match="n_year_heads"):
+        gt.measure_greater_than_circuit(circuits.iloc[:0], seeds, ko, named, [1], 0.3, 4, 2)
+
+
+def test_mlp_seed_shares_without_mlps():
+    from accpp.greater_than import mlp_seed_shares
+
+    share, late = mlp_seed_shares(pd.DataFrame(dict(kind=["head"], layer=[0], attribution=[1.0])), 1)
+    assert share == 0.0 and math.isnan(late)
+
+
+# ----------------------------------------------------------------------------- 03_multilingual_ioi
+def _spec_table():
+    rows = []
+    for level, base in (("components", 0.1), ("signals", 0.4)):
+        for kind, shift in (("plain", 0.0), ("chance-corrected", 0.05)):
+            rows.append(dict(level=level, jaccard=kind, specificity=base + shift, specificity_ci_low=base - 0.1,
+                             specificity_ci_high=base + 0.2, cross=0.5, null=0.6, ratio=0.8))
+    return pd.DataFrame(rows).set_index(["level", "jaccard"])
+
+
+def test_component_reuse():
+    from accpp.multilingual import measure_component_reuse
+
+    pairs = pd.DataFrame(dict(pair=["en-es"] * 3, prompt=[0, 1, 2], components=[0.8, 0.5, 0.6],
+                              edges=[0.4, 0.4, 0.4], signals=[0.3, 0.6, 0.2]))
+    gap = {False: dict(gap=0.3, ci_low=0.1, ci_high=0.5), True: dict(gap=0.25, ci_low=0.05, ci_high=0.45)}
+    m = measure_component_reuse(dict(components=0.7, edges=0.5, signals=0.2), pairs, dict(components=0.6),
+                                _spec_table(), gap, dict(en=0.9, es=0.7, fr=0.8), n_parallel=3,
+                                config=dict(model="tiny"))
+    assert m.values["reuse_gap"] == pytest.approx(0.5, abs=1e-15)
+    assert m.values["frac_pairs_component_gt_signal"] == 2 / 3
+    assert m.values["min_language_accuracy"] == 0.7 and m.values["specificity_gap_ci_low"] == 0.05
+    assert m.evidence["specificity"]["signals_corrected"]["specificity"] == pytest.approx(0.45)
+    assert m.evidence["signal_minus_component_specificity"]["plain"]["gap"] == 0.3
+    assert "components +0.15, signals +0.45" in m.note and "+0.25 (95% CI +0.05 to +0.45)" in m.note
+    fits_ledger(m)
+    with pytest.raises(ValueError, match="'signals'"):
+        measure_component_reuse(dict(components=0.7), pairs, {}, _spec_table(), gap, dict(en=1.0), 3)
+    with pytest.raises(ValueError, match="no per-language accuracy"):
+        measure_component_reuse(dict(components=0.7, signals=0.2), pairs, {}, _spec_table(), gap, {}, 3)
+    with pytest.raises(ValueError, match="chance-corrected"):
+        measure_component_reuse(dict(components=0.7, signals=0.2), pairs, {}, _spec_table(), {True: gap[True]},
+                                dict(en=1.0), 3)
+    with pytest.raises(ValueError, match="lacks the row signals"):
+        measure_component_reuse(dict(components=0.7, signals=0.2), pairs, {}, _spec_table().drop(index="signals"),
+                                gap, dict(en=1.0), 3)
+
+
+def test_es_pt_closest():
+    from accpp.multilingual import measure_es_pt_closest
+
+    langs = ["en", "es", "fr", "pt"]
+    d = np.array([[0, .5, .4, .6], [.5, 0, .3, .1], [.4, .3, 0, .35], [.6, .1, .35, 0]])
+    D = pd.DataFrame(d, index=langs, columns=langs)
+    S = pd.DataFrame(d[::-1, ::-1], index=langs, columns=langs)  # reversed: closest en-es ... computed below
+    boot = dict(frac_closest=0.875, margin=0.2)
+    m = measure_es_pt_closest(D, S, True, boot, dict(en=1.0, pt=0.6), n_parallel=4)
+    assert m.values == dict(es_pt_closest=True, closest_pair_stable=True, min_language_accuracy=0.6)
+    assert m.evidence["closest"] == "es-pt" and m.evidence["distance"] == 0.1
+    assert m.evidence["margin"] == pytest.approx(0.3 - 0.1)  # next closest: es-fr
+    s_min = min((S.loc[a, b], a, b) for i, a in enumerate(langs) for b in langs[i + 1:])
+    assert m.evidence["closest_by_signals"] == "-".join(sorted(s_min[1:]))
+    assert "88% of bootstrap" in m.note
+    fits_ledger(m)
+    m2 = measure_es_pt_closest(D.rename(index={"pt": "it"}, columns={"pt": "it"}), S, False, boot, dict(en=1.0), 4)
+    assert m2.values["es_pt_closest"] is False and m2.evidence["closest"] == "es-it"
+    with pytest.raises(ValueError, match="square"):
+        measure_es_pt_closest(D.iloc[:, :3], S, True, boot, dict(en=1.0), 4)
+    with pytest.raises(ValueError, match="no per-language accuracy"):
+        measure_es_pt_closest(D, S, True, boot, {}, 4)
+
+
+# ----------------------------------------------------------------------------- 04_signal_interventions
+def _interventions():
+    """Two prompts x one edge each: a signal row and two draws of each control per edge."""
+    rows = []
+    for prompt, (sig_ld, drop) in enumerate([(-1.0, 0.3), (-0.4, 0.1)]):
+        edge = f"p{prompt}:0"
+        rows.append(dict(edge=edge, prompt=prompt, subspace="signal", metric_change=sig_ld, metric_before=2.0,
+                         head_input_cos=0.99, final_resid_cos=0.999, removed_norm_ratio=0.5, attn_drop=drop, sing=[1]))
+        for r, ld in enumerate([-0.1, 0.05]):
+            for control, scale in (("random", 0.5), ("random_matched", 1.0)):
+                rows.append(dict(edge=edge, prompt=prompt, subspace=control, metric_change=ld * scale, metric_before=2.0,
+                                 head_input_cos=0.98, final_resid_cos=0.999, removed_norm_ratio=0.2 * scale,
+                                 attn_drop=0.0, sing=[r]))
+    return pd.DataFrame(rows)
+
+
+def test_intervention_selective():
+    from accpp.interventions import measure_intervention_selective, paired_summary
+
+    df = _interventions()
+    paired = {c: paired_summary(df, control=c, seed=0, n_boot=50) for c in ("random", "random_matched")}
+    m = measure_intervention_selective(df, paired, consistency=2e-7, n_random=2, config=dict(model="tiny", n_prompts=2))
+    # by hand: signal |dLD| 1.0, 0.4 (median 0.7); matched draws 0.1, 0.05, 0.1, 0.05 (median 0.075)
+    assert m.values["abs_dld_ratio"] == pytest.approx(0.7 / 0.075, rel=1e-12)
+    assert m.values["abs_dld_ratio_ci_low"] == paired["random_matched"]["abs_dld_ratio_ci_low"]
+    assert m.values["n_edges"] == 2 and m.values["n_random"] == 2
+    assert m.evidence["median_attn_drop_signal"] == pytest.approx(0.2)
+    assert m.evidence["abs_dld_ratio_vs_random"] == pytest.approx(0.7 / 0.0375, rel=1e-12)
+    assert m.evidence["median_removed_norm_random"] == pytest.approx(0.1)
+    assert m.evidence["tracer_consistency_max_abs"] == 2e-7
+    assert "sing" not in m.tables["04_signal_interventions"]
+    assert f"brief: about {float(claims.get_claim(m.claim).paper_value)}" in m.note
+    fits_ledger(m)
+    with pytest.raises(ValueError, match="random_matched"):
+        measure_intervention_selective(df, {"random": paired["random"]}, 0.0, 2)
+    with pytest.raises(ValueError, match="attn_drop"):
+        measure_intervention_selective(df.drop(columns=["attn_drop"]), paired, 0.0, 2)
+    with pytest.raises(ValueError, match="no signal removals"):
+        measure_intervention_selective(df[df["subspace"] != "signal"], paired, 0.0, 2)
+
+
+# ----------------------------------------------------------------------------- 05_ioi_template_clusters
+def _alignment(ari_template: float, ari_order: float):
+    rows = [dict(level=lvl, labelling=lab, ari=ari, p_ari=0.01 + i / 10, gap=0.1 * (i + 1), p_gap=0.02, nmi=np.nan)
+            for lvl in ("components", "signals")
+            for i, (lab, ari) in enumerate((("template", ari_template), ("order", ari_order),
+                                            ("template x order", 0.1)))]
+    return pd.DataFrame(rows).set_index(["level", "labelling"])
+
+
+def _permanova():
+    terms = ["template", "order", "template x order", "size", "residual"]
+    return pd.DataFrame(dict(F=[5.0, 1.5, 0.9, 2.0, np.nan], p=[0.001, 0.2, 0.6, 0.05, np.nan],
+                             R2=[0.3, 0.02, 0.01, 0.05, 0.62]), index=pd.Index(terms, name="term"))
+
+
+def test_template_clusters():
+    from accpp.clustering import measure_template_clusters
+
+    perm = {"components": _permanova(), "signals": _permanova()}
+    m = measure_template_clusters(_alignment(0.4, 0.2), perm, pd.DataFrame(), n_perm=99, n_traced=30, n_planned=40,
+                                  config=dict(model="tiny"))
+    assert m.evidence["best"] == "template"
+    assert (m.values["ari_best"], m.values["p_ari_best"], m.values["gap_best"]) == (0.4, 0.01, 0.1)
+    assert m.values["traced_fraction"] == 0.75 and m.values["n_perm"] == 99
+    assert (m.values["permanova_template_R2"], m.values["permanova_order_p"], m.values["permanova_size_p"]) == \
+        (0.3, 0.2, 0.05)
+    assert "nmi" not in m.evidence["alignment"]["components/order"]  # NaN left out
+    assert m.unit.endswith("vs the template labels (component Jaccard)")
+    fits_ledger(m)
+    m2 = measure_template_clusters(_alignment(0.1, 0.3), perm, pd.DataFrame(), 99, 30, 40)
+    assert m2.evidence["best"] == "order" and m2.values["ari_best"] == 0.3 and m2.values["p_ari_best"] == 0.11
+    with pytest.raises(ValueError, match="component level's template and order"):
+        measure_template_clusters(_alignment(0.4, 0.2).drop(index="order", level="labelling"), perm,
+                                  pd.DataFrame(), 99, 30, 40)
+    with pytest.raises(ValueError, match="lacks term"):
+        measure_template_clusters(_alignment(0.4, 0.2), {"components": _permanova().drop(index="size")},
+                                  pd.DataFrame(), 99, 30, 40)
+    with pytest.raises(ValueError, match="traced of"):
+        measure_template_clusters(_alignment(0.4, 0.2), perm, pd.DataFrame(), 99, 0, 40)

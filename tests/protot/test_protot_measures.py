@@ -1,0 +1,211 @@
+"""The claims' measure_* functions of the ProtoT notebooks 01-04, on tiny hand-made inputs.
+
+Each test recomputes the Measurement's values independently (by hand or another route), checks that
+the ledger's check can read them (every quantity present, of the right type), and feeds bad input.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from compendium import claims
+
+
+def fits_ledger(m: claims.Measurement) -> None:
+    claim = claims.get_claim(m.claim)
+    missing = set(claim.quantities) - set(m.values)
+    assert not missing, missing
+    claims.evaluate(claim, m.values, "cpu")  # raises on a value of the wrong type
+
+
+# ----------------------------------------------------------------------------- 01_mixer_derivation
+def test_forms_agree():
+    from protot.mixer import measure_forms_agree
+
+    agree = pd.DataFrame(dict(form=["quadratic", "chunk"], max_abs_diff=[2e-15, 5e-16], scale=[1.5, 0.7]))
+    steps = {"step 1": {"a": 1e-16, "b": 3e-15}, "step 3": {"c": 0.0}}
+    m = measure_forms_agree(agree, steps, config=dict(T=8))
+    assert m.values == {"max_abs_diff": 3e-15, "output_scale": 0.7}
+    assert m.evidence == {"step 1": steps["step 1"], "step 3": steps["step 3"], "full mixer, worst case": 2e-15}
+    assert m.config == dict(T=8)
+    fits_ledger(m)
+    assert measure_forms_agree(agree, {}).values["max_abs_diff"] == 2e-15
+    with pytest.raises(ValueError, match="not finite"):
+        measure_forms_agree(agree, {"step": {"x": float("nan")}})
+    with pytest.raises(ValueError, match="scale"):
+        measure_forms_agree(agree.drop(columns=["scale"]), steps)
+
+
+def _cost():
+    rows = []
+    for form, mem_exp, time_exp, Ts in (("chunk", 1.0, 1.1, [1, 2, 4, 8]), ("quadratic", 2.0, 1.9, [1, 2, 4]),
+                                         ("recurrent", 1.0, 0.9, [2, 4])):
+        rows += [dict(form=form, T=T * 1000, seconds=3e-4 * T ** time_exp, saved_bytes=100 * T ** mem_exp) for T in Ts]
+    return pd.DataFrame(rows)
+
+
+def test_linear_cost():
+    from protot import bench
+
+    cost = _cost()
+    # a wild chunk time below the fit's start is left out: the fit starts at T = 2000
+    cost.loc[(cost.form == "chunk") & (cost["T"] == 1000), "seconds"] = 1.0
+    m = bench.measure_linear_cost(cost, {"chunk": 2000, "quadratic": 0, "recurrent": 0}, config=dict(clock="thread"))
+    assert m.values["chunk_memory_slope"] == pytest.approx(1.0, abs=1e-12)
+    assert m.values["quadratic_memory_slope"] == pytest.approx(2.0, abs=1e-12)
+    assert m.evidence["chunk_time_slope"] == pytest.approx(1.1, abs=1e-12)
+    assert m.evidence["quadratic_time_slope"] == pytest.approx(1.9, abs=1e-12)
+    assert m.evidence["recurrent_time_slope"] == pytest.approx(0.9, abs=1e-12)
+    assert "fitted from T = 2000" in m.note and "memory slope 1.00" in m.note
+    fits_ledger(m)
+    with pytest.raises(ValueError, match="fewer than two lengths"):
+        bench.cost_slopes(cost, {"chunk": 8000})
+    with pytest.raises(ValueError, match="recurrent"):
+        bench.measure_linear_cost(cost[cost.form != "recurrent"], {"chunk": 0})
+    with pytest.raises(ValueError, match="saved_bytes"):
+        bench.cost_slopes(cost.drop(columns=["saved_bytes"]), {})
+
+
+def test_decode_constant():
+    from protot import bench
+
+    decode = pd.DataFrame(dict(arch=["protot"] * 3 + ["llama"] * 3, context=[256, 1024, 8192] * 2,
+                               sec_per_token=[0.010, 0.011, 0.012, 0.010, 0.020, 0.080]))
+    m = bench.measure_decode_constant(decode.sample(frac=1, random_state=0), config=dict(rounds=2))
+    assert m.values == {"protot_time_ratio": pytest.approx(1.2), "llama_time_ratio": pytest.approx(8.0)}
+    assert m.evidence["ms_per_token"]["llama"][1024] == 20.0
+    assert "at 8192 over 256 tokens" in m.note and "ProtoT 1.20x, LLaMA 8.00x" in m.note
+    fits_ledger(m)
+    with pytest.raises(ValueError, match="two or more contexts"):
+        bench.decode_ratios(decode[decode.context == 256])
+    with pytest.raises(ValueError, match="two or more contexts"):  # llama missing at one context
+        bench.decode_ratios(decode.iloc[:-1])
+    with pytest.raises(ValueError, match="llama"):
+        bench.measure_decode_constant(decode[decode.arch == "protot"])
+
+
+# ----------------------------------------------------------------------------- 02_training
+def _ppl_table():
+    return pd.DataFrame([
+        {"model": a, "source": "trained here (cpu)", "val ppl": v, "val bits/byte": v / 100, "WikiText-2 ppl": 2 * v}
+        for a, v in (("protot", 120.0), ("llama", 100.0), ("deltanet", 110.0), ("mamba", 105.0))
+    ] + [{"model": "llama", "source": "models/llama-cpu", "val ppl": 40.0, "val bits/byte": 0.4, "WikiText-2 ppl": 80.0}])
+
+
+def test_ppl():
+    from protot.train import evaluate
+
+    man = {"llama-cpu": {"arch": "llama", "eval": {"validation": {"ppl": 40.0}}, "tokens_seen": 123}}
+    m = evaluate.measure_ppl("llama", _ppl_table(), pd.DataFrame(), 900.0, man, False, "tiny setting.")
+    assert m.claim == "protot/ppl-llama-large"
+    assert m.values == {"val_ppl": 100.0, "comparable_setup": False}  # the row trained here, not the committed one
+    assert m.evidence == {"wikitext2_ppl": 200.0, "val_bits_per_byte": 1.0, "unigram_ppl": 900.0,
+                          "models/llama-cpu val_ppl": 40.0, "models/llama-cpu tokens": 123}
+    assert m.note == "validation perplexity 100.0; tiny setting."
+    fits_ledger(m)
+    p = evaluate.measure_ppl("protot", _ppl_table(), pd.DataFrame(), 900.0, man, False, "")
+    assert p.values["val_ppl"] == 120.0 and "models/llama-cpu val_ppl" not in p.evidence
+    with pytest.raises(ValueError, match="no perplexity claim"):
+        evaluate.measure_ppl("mamba", _ppl_table(), pd.DataFrame(), 900.0, {}, False, "")
+    with pytest.raises(ValueError, match="no model 'deltanet'"):
+        evaluate.measure_ppl("deltanet", _ppl_table().iloc[[0, 1]], pd.DataFrame(), 900.0, {}, False, "")
+    with pytest.raises(ValueError, match="val ppl"):
+        evaluate.measure_ppl("llama", _ppl_table().drop(columns=["val ppl"]), pd.DataFrame(), 900.0, {}, False, "")
+
+
+def test_ppl_ranking():
+    from protot.train import evaluate
+
+    m = evaluate.measure_ppl_ranking(_ppl_table(), 600.0, "tiny.")
+    assert m.values == {"protot_trails_llama": True, "protot_trails_mamba": True,
+                        "protot_deltanet_gap": pytest.approx(120 / 110 - 1), "worst_ppl_over_unigram": 0.2}
+    assert m.evidence["order (best first)"] == "llama < mamba < deltanet < protot"
+    assert m.note.startswith("validation perplexity, best first: llama 100.0 < mamba 105.0")
+    fits_ledger(m)
+    with pytest.raises(ValueError, match="mamba"):
+        evaluate.measure_ppl_ranking(_ppl_table().drop(index=3), 600.0, "")
+    with pytest.raises(ValueError, match="unigram"):
+        evaluate.measure_ppl_ranking(_ppl_table(), 0.0, "")
+    with pytest.raises(ValueError, match="appears twice"):
+        evaluate.measure_ppl_ranking(pd.concat([_ppl_table(), _ppl_table().iloc[[0]]]), 600.0, "")
+
+
+# ----------------------------------------------------------------------------- 03_scaling
+def test_scaling_trend():
+    from protot.train import sweep
+
+    x_p, x_t = np.array([1e3, 4e3, 1.6e4]), np.array([1e5, 2e5, 4e5])
+    exps = {"protot": (-0.2, -0.3), "llama": (-0.25, -0.2), "mamba": (-0.15, -0.4)}
+    fits = {a: {"params": sweep.fit_power_law(x_p, 50 * x_p ** ep), "tokens": sweep.fit_power_law(x_t, 80 * x_t ** et)}
+            for a, (ep, et) in exps.items()}
+    m = sweep.measure_scaling_trend(fits, pd.DataFrame(), pd.DataFrame(), ["llama", "mamba"], [1, 2, 400000],
+                                    ["s1", "s2"], "cpu")
+    assert m.values["params_exponent_ratio"] == pytest.approx(-0.2 / -0.2, abs=1e-9)
+    assert m.values["tokens_exponent_ratio"] == pytest.approx(-0.3 / -0.3, abs=1e-9)
+    assert m.values["protot_exponent_tokens"] == pytest.approx(-0.3, abs=1e-9)
+    assert m.values["min_fit_r2"] == pytest.approx(1.0, abs=1e-9)
+    assert m.values["max_baseline_exponent"] == pytest.approx(-0.15, abs=1e-9)
+    assert "at 400,000 tokens" in m.note and "2 sizes ['s1', 's2']" in m.note
+    fits_ledger(m)
+    with pytest.raises(ValueError, match="mamba"):
+        sweep.measure_scaling_trend({k: fits[k] for k in ("protot", "llama")}, None, None, ["llama", "mamba"],
+                                    [1], [], "cpu")
+    with pytest.raises(ValueError, match="'params' and 'tokens'"):
+        sweep.measure_scaling_trend(fits | {"llama": {"params": fits["llama"]["params"]}}, None, None,
+                                    ["llama", "mamba"], [1], [], "cpu")
+
+
+# ----------------------------------------------------------------------------- 04_throughput
+def _train():
+    tps = {"protot": [100, 150, 200, 220], "llama": [200, 180, 150, 100], "deltanet": [300, 320, 330, None],
+           "mamba": [50, 60, None, None]}
+    ctx = [2048, 4096, 8192, 16384]
+    return pd.DataFrame([dict(arch=a, context=c, tokens_per_s=v) for a, vs in tps.items()
+                         for c, v in zip(ctx, vs) if v is not None])
+
+
+def _decode():
+    return pd.DataFrame(dict(arch=["protot", "protot", "llama", "llama"], context=[256, 4096] * 2,
+                             seconds_per_token=[0.01, 0.012, 0.01, 0.05]))
+
+
+def test_throughput_crossover():
+    from protot import throughput as tp
+
+    m = tp.measure_throughput_crossover(_train(), _decode(), "here", config=dict(device="cpu"))
+    assert m.values == {"protot_llama_ratio_longest": 2.2, "protot_llama_ratio_8k": 200 / 150,
+                        "longest_context_both": 16384}
+    # behind at 2048 (ratio 1/2) and 4096 (5/6), ahead at 8192 (4/3): log-linear interpolation between the last two
+    d0, d1 = math.log(150 / 180), math.log(200 / 150)
+    expect = math.exp(math.log(4096) + d0 / (d0 - d1) * math.log(2))
+    assert m.evidence["crossover_context"] == round(expect)
+    assert m.evidence["direction"] == "ahead already at 8k"
+    assert m.evidence["longest context reached"] == {"deltanet": 8192, "llama": 16384, "mamba": 4096, "protot": 16384}
+    assert m.evidence["decode_time_growth"] == {"llama": 5.0, "protot": 1.2}
+    fits_ledger(m)
+    with pytest.raises(ValueError, match="protot and llama"):
+        tp.measure_throughput_crossover(_train()[_train().arch != "llama"], _decode(), "here")
+    with pytest.raises(ValueError, match="at or below 8192"):
+        tp.measure_throughput_crossover(_train().assign(context=_train().context * 8), _decode(), "here")
+    with pytest.raises(ValueError, match="empty"):
+        tp.measure_throughput_crossover(_train().iloc[:0], _decode(), "here")
+
+
+def test_deltanet_fastest():
+    from protot import throughput as tp
+
+    m = tp.measure_deltanet_fastest(_train(), _decode(), 4.0)
+    assert m.values == {"deltanet_fastest": True, "longest_context_all": 4096}
+    assert m.evidence["fastest_at_longest_reached"] == "protot at 16384"
+    assert m.evidence["tokens_per_s_at_longest_reached"] == {"protot": 220.0, "llama": 100.0}
+    assert "budget (4.0 s)" in m.note
+    fits_ledger(m)
+    slow = _train()
+    slow.loc[slow.arch == "mamba", "context"] = [32768, 65536]  # never at a context the others reached
+    assert tp.measure_deltanet_fastest(slow, _decode(), 4.0).values == {"deltanet_fastest": False,
+                                                                         "longest_context_all": 0}
+    with pytest.raises(ValueError, match="tokens_per_s"):
+        tp.measure_deltanet_fastest(_train().drop(columns=["tokens_per_s"]), _decode(), 4.0)
