@@ -3,8 +3,8 @@
 #
 # **Claim (accpp, §5, interventions):** removing a traced signal (the upstream component's part on
 # the signal's singular directions of W_Q W_K^T, at the downstream head's query or key input only)
-# moves the task metric a lot while the residual stream barely changes (cosine about 0.99, the
-# brief's value), unlike removing a random subspace of the same size.
+# moves the task metric a lot while the residual stream barely changes (the brief's cosine is in
+# claims.yaml, `intervention-selective`), unlike removing a random subspace of the same size.
 #
 # **Checked here:** IOI prompts that the model solves are traced with ACC++; for the signal edges
 # of highest attribution into the seed firings (the head firings that write the logit difference,

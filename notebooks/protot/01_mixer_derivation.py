@@ -28,6 +28,7 @@ import torch
 
 from compendium import claims, notebook, plotting, profiles
 from protot import bench
+from protot import figures as protot_figures
 from kernels.proto_mixer import chunk_decay_linear_attn_ref, naive_decay_linear_attn, recurrent_decay_linear_attn_ref
 from protot.mixer import channel_mix, channel_mix_by_definition, decay_cumsum, measure_forms_agree
 from protot.models import build_model
@@ -210,17 +211,7 @@ slopes = bench.cost_slopes(cost, FIT_FROM)
 pd.DataFrame(slopes).T
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-for form, d in cost.groupby("form"):
-    axes[0].loglog(d["T"], d["seconds"], "o-", label=f"{form} (slope {slopes[form]['time']:.2f} from T={max(FIT_FROM[form], d['T'].min())})")
-    axes[1].loglog(d["T"], d["saved_bytes"] / 2**20, "o-", label=f"{form} (slope {slopes[form]['memory']:.2f})")
-axes[0].set(xlabel="sequence length T", ylabel=f"forward time (s, {CLOCK} clock)", title="time")
-axes[1].set(xlabel="sequence length T", ylabel="activation memory (MiB)", title="memory saved for backward")
-axes[0].axvspan(FIT_FROM["chunk"], max(T_LINEAR) * 1.3, color="0.9", zorder=0, label="chunk slope fitted here")
-n_threads = torch.get_num_threads()
-for ax in axes:
-    ax.legend(fontsize=9)
-fig.suptitle(f"Prototype mixer forms on the CPU (R=32, V=128, batch 1, float32, {n_threads} thread{'s' if n_threads > 1 else ''})")
+fig = protot_figures.mixer_cost_figure(cost, slopes, FIT_FROM, clock=CLOCK, n_threads=torch.get_num_threads())
 plotting.savefig(fig, "protot/mixer_cost_vs_length", profile=nb.profile)
 
 # %% [markdown]

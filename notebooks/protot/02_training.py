@@ -114,6 +114,28 @@ ax.legend(fontsize=8)
 plotting.savefig(fig, "protot/02_perplexity", profile=nb.profile)
 
 # %% [markdown]
+# ## Generation: fixed prompts, greedy and sampled, from the committed ProtoT and LLaMA
+# What these small models write (no judge: the paper's LLM-as-judge preference, claim
+# `generation-elo`, is not measured here). Greedy decoding takes the most likely token at every
+# step; sampling draws from softmax(logits / 0.8) over the 50 most likely tokens, seeded per prompt.
+
+# %%
+from protot import generate
+
+PROMPTS = ["The history of the city", "Scientists have found that", "In the first chapter of the book,",
+           "The best way to learn a new language is"]
+GEN_TOKENS = profiles.pick(nb.profile, cpu=24, paper=60)
+gen = []
+for name in committed:
+    pt = pretrained.load(name, device=nb.device)
+    gen.append(generate.samples(pt.model, pt.tokenizer, PROMPTS, max_new_tokens=GEN_TOKENS, name=name))
+    gen.append(generate.samples(pt.model, pt.tokenizer, PROMPTS, max_new_tokens=GEN_TOKENS, greedy=False,
+                                temperature=0.8, top_k=50, seed=nb.seed, name=name))
+gen = pd.concat(gen, ignore_index=True)
+with pd.option_context("display.max_colwidth", 200):
+    display(gen.pivot_table(index=["prompt", "mode"], columns="model", values="continuation", aggfunc="first"))
+
+# %% [markdown]
 # ## Checks and recorded values
 # Sanity, asserted at every profile: every perplexity is finite and below the vocabulary size (better
 # than guessing uniformly), and the committed models learned beyond token frequencies. Then one

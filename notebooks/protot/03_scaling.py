@@ -29,6 +29,7 @@ import pandas as pd
 import torch
 
 from compendium import claims, notebook, paths, plotting, profiles
+from protot import figures as protot_figures
 from protot.models import build_model, count_parameters
 from protot.train import config, sweep
 
@@ -97,28 +98,12 @@ fit_table.round(3)
 with torch.device("meta"):
     paper_params = count_parameters(build_model("protot", "large", 12288))["non_embedding"]
 PAPER_TOKENS = config.profile("paper-small").tokens  # the small setting's stated budget; the large setting's is not
-fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-for i, arch in enumerate(ARCHS):
-    g = grid[grid.arch == arch]
-    full = g[g.tokens == DATA[-1]].sort_values("params")
-    big = g[g.params == g.params.max()].sort_values("tokens")
-    for ax, d, key in ((axes[0], full, "params"), (axes[1], big, "tokens")):
-        f = fits[arch][key]
-        xs = np.geomspace(d[key].min(), paper_params if key == "params" else PAPER_TOKENS, 50)
-        ax.scatter(d[key], d.ppl, color=f"C{i}", label=f"{arch} (a = {f['exponent']:.2f})")
-        ax.plot(xs, f["coef"] * xs ** f["exponent"], color=f"C{i}", alpha=0.5, linestyle=":")
-    paper = config.paper_large_ppl(arch)  # from claims.yaml
-    if paper is not None:
-        axes[0].scatter([paper_params], [paper], color=f"C{i}", marker="*", s=160, edgecolor="k")
-        axes[1].scatter([PAPER_TOKENS], [paper], color=f"C{i}", marker="*", s=160, edgecolor="k")
-axes[0].set(xscale="log", yscale="log", xlabel="non-embedding parameters", ylabel="validation perplexity",
-            title=f"vs parameters ({DATA[-1]:,} tokens)")
-axes[1].set(xscale="log", yscale="log", xlabel="training tokens", title="vs tokens (largest size)")
-axes[0].legend(fontsize=8)
-axes[1].legend(fontsize=8)
-fig.suptitle("Stars: the paper's large setting (12 x 512, FineWeb-Edu, its tokenizer; tokens: the small setting's "
-             f"{PAPER_TOKENS / 1e6:.0f} M, the large budget is not stated). Dotted: our fits extrapolated - a different data set, "
-             "tokenizer, and two to four orders of magnitude fewer parameters and tokens.", fontsize=8, y=-0.02)
+fig = protot_figures.scaling_figure(
+    grid, fits, ARCHS, data_tokens=DATA[-1], paper_params=paper_params, paper_tokens=PAPER_TOKENS,
+    paper_ppl={a: config.paper_large_ppl(a) for a in ARCHS},   # from claims.yaml
+    caption="Stars: the paper's large setting (12 x 512, FineWeb-Edu, its tokenizer; tokens: the small setting's "
+            f"{PAPER_TOKENS / 1e6:.0f} M, the large budget is not stated). Dotted: our fits extrapolated - a different "
+            "data set, tokenizer, and two to four orders of magnitude fewer parameters and tokens.")
 plotting.savefig(fig, "protot/03_scaling", profile=nb.profile)
 
 # %% [markdown]
