@@ -7,7 +7,7 @@ Two 4 x 256 ProtoTs are trained with the same data order, seed and token budget 
   write of token i aggregated over j <= i (the current token included);
 - ``shared-past``: the paper's text read literally: one set of prototype keys compared with the
   token for both gates (separate write / read temperatures) and a write that aggregates only
-  the past (j < i); ``intermediate_size`` 792 instead of 768 gives back the parameters of the
+  the past (j < i); ``intermediate_size`` 792 instead of 704 gives back the parameters of the
   projection it no longer has: its non-embedding count is 0.27% above the default's, the nearest
   a SwiGLU width in steps of 8 gets (one step is 0.8%).
 
