@@ -12,13 +12,9 @@ import pandas as pd
 import pytest
 
 from compendium import claims
+from tests.ledger_helpers import fits_ledger
 
 
-def fits_ledger(m: claims.Measurement) -> None:
-    claim = claims.get_claim(m.claim)
-    missing = set(claim.quantities) - set(m.values)
-    assert not missing, missing
-    claims.evaluate(claim, m.values, "cpu")  # raises on a value of the wrong type
 
 
 # ----------------------------------------------------------------------------- 01_mixer_derivation
