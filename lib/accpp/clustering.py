@@ -408,7 +408,7 @@ def measure_template_clusters(align: pd.DataFrame, perm: dict[str, pd.DataFrame]
                       permanova_signals={t: {k: float(v) for k, v in r.items() if np.isfinite(v)}
                                          for t, r in perm["signals"].iterrows()} if "signals" in perm else {}),
         tables={"05_ioi_alignment": align.reset_index(), "05_ioi_permanova": perm_table, "05_ioi_cells": cells},
-        config=dict(config or {}), unit=f"ARI of the average-linkage cut vs the {best} labels (component Jaccard)",
+        config=dict(config or {}), unit="p-value of PERMANOVA's template term (component Jaccard distances)",
         note=(f"{(config or {}).get('model', 'the model')}, {n_traced} prompts; PERMANOVA on component Jaccard "
               f"distances: template R2 {pc.loc['template', 'R2']:.3f} (p={pc.loc['template', 'p']:.3f}), order R2 "
               f"{pc.loc['order', 'R2']:.3f} (p={pc.loc['order', 'p']:.3f}), interaction "
