@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     parameters = dict(args.param)
+    if args.publish and args.names:
+        parser.error("--publish writes the ledger in papers/, which only a complete main run may do: drop the "
+                     "notebook names (run them without --publish to check them; their results stay in build/runs/)")
     try:
         todo = [runner.resolve(n) for n in args.names] or runner.list_notebooks()
         runner.check_parameters(todo, parameters)

@@ -53,6 +53,7 @@ def test_parameters_are_read_from_the_parameters_cell(kernel_root):
     (["run", "-p", "PROFILE=paper"], "PROFILE cannot be set with -p; use --profile"),
     (["run", "-p", "DEVICE=cuda"], "DEVICE cannot be set with -p; use --device"),
     (["run", "01_good", "-p", "NOPE=1"], "has no parameter 'NOPE'; its parameters cell defines LABEL"),
+    (["run", "01_good", "--publish"], "only a complete main run may do"),
 ])
 def test_cli_rejects_bad_arguments_before_running_anything(kernel_root, capsys, args, message):
     with pytest.raises(SystemExit) as info:
