@@ -268,7 +268,7 @@ def test_template_clusters():
     assert (m.values["permanova_template_R2"], m.values["permanova_order_p"], m.values["permanova_size_p"]) == \
         (0.3, 0.2, 0.05)
     assert "nmi" not in m.evidence["alignment"]["components/order"]  # NaN left out
-    assert m.unit.endswith("vs the template labels (component Jaccard)")
+    assert m.unit == "p-value of PERMANOVA's template term (component Jaccard distances)" == claims.get_claim(m.claim).unit
     fits_ledger(m)
     m2 = measure_template_clusters(_alignment(0.1, 0.3), perm, pd.DataFrame(), 99, 30, 40)
     assert m2.evidence["best"] == "order" and m2.values["ari_best"] == 0.3 and m2.values["p_ari_best"] == 0.11
