@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from transformers import GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
+from protot.models.loss import linear_cross_entropy
+
 
 # ---------------------------------------------------------------------------------------------
 # Config base: the fields every family shares, validated at construction
@@ -281,13 +283,15 @@ class BaseCausalLM(PreTrainedModel, GenerationMixin):
     # -- forward ---------------------------------------------------------------------------------
     def forward(self, input_ids=None, labels=None, cache: RecurrentCache | None = None,
                 use_cache: bool | None = None, attention_mask=None, inputs_embeds=None,
-                logits_to_keep: int = 0, return_dict: bool | None = None,
+                logits_to_keep: int = 0, return_logits: bool = True, return_dict: bool | None = None,
                 output_hidden_states: bool | None = None, past_key_values=None, **kwargs):
         """input_ids: (B, T). labels: (B, T), shifted inside (HF convention), -100 ignored.
 
         ``cache``: a RecurrentCache from a previous call (``past_key_values`` is an alias); with
         ``use_cache=True`` one is created and returned as ``out.cache``.
         ``attention_mask`` may only be all ones (padding is not supported by the recurrent forms).
+        ``return_logits=False`` (training): with labels, only the loss is computed, fused with the
+        output projection in row chunks (``protot.models.loss``); ``out.logits`` is None.
         """
         if cache is None:
             cache = past_key_values
@@ -313,12 +317,22 @@ class BaseCausalLM(PreTrainedModel, GenerationMixin):
         if cache is not None:
             cache.seen_tokens += T
         x = self.norm(x)
+        if not return_logits:
+            if labels is None:
+                raise ValueError("return_logits=False needs labels (it computes only the loss)")
+            if logits_to_keep:
+                raise ValueError("return_logits=False computes the loss over every position: drop logits_to_keep")
+            # the loss without the logits (protot.models.loss): same value, no (B, T, vocab) tensor
+            loss = linear_cross_entropy(x[:, :-1].reshape(-1, x.shape[-1]), self.lm_head.weight,
+                                        labels[:, 1:].reshape(-1), ignore_index=-100)
+            return self.make_output(loss, None, cache, hidden, auxes, **kwargs)
         if logits_to_keep:
             x = x[:, -logits_to_keep:]
         logits = self.lm_head(x)                                        # (B, T, vocab)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
+            z = logits if logits.dtype == torch.float64 else logits.float()   # half types: float32 loss
+            loss = F.cross_entropy(z[:, :-1].reshape(-1, logits.shape[-1]),
                                    labels[:, 1:].reshape(-1), ignore_index=-100)
         return self.make_output(loss, logits, cache, hidden, auxes, **kwargs)
 

@@ -205,7 +205,7 @@ def train_one(cfg, train_blocks: torch.Tensor, val_blocks: torch.Tensor, vocab_s
         loss = torch.zeros((), device=device)
         for x in train_blocks[ids].chunk(cfg.grad_accum):
             with amp:
-                part = model(input_ids=x, labels=x, use_cache=False).loss / cfg.grad_accum
+                part = model(input_ids=x, labels=x, use_cache=False, return_logits=False).loss / cfg.grad_accum
             part.backward()
             loss += part.detach()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

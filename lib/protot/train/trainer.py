@@ -399,7 +399,7 @@ def train(cfg: TrainConfig, out: str | Path, *, resume: bool = False, device: st
             sync = nullcontext() if (not distributed or m == cfg.grad_accum - 1) else net.no_sync()
             with sync:
                 with amp:
-                    loss = net(input_ids=x, labels=x).loss
+                    loss = net(input_ids=x, labels=x, return_logits=False).loss   # fused loss, no logits
                 (loss / cfg.grad_accum).backward()
             loss_sum += loss.detach().float()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
