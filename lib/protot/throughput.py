@@ -1,7 +1,8 @@
 """Training and decoding throughput of the model family against context length.
 
 Used by notebooks/protot/04_throughput.py. A measurement is the median over ``repeats`` full
-training steps (forward, backward, AdamW update) after ``warmup`` steps, with a fixed number of
+training steps (forward, backward, AdamW update; the loss fused with the output projection as
+protot.train computes it, ``return_logits=False``) after ``warmup`` steps, with a fixed number of
 tokens per step (batch = tokens_per_step // context), so that tokens/s at every context length is
 comparable: a linear-cost model keeps its tokens/s as context grows; quadratic attention loses it.
 """
@@ -50,7 +51,7 @@ def train_throughput(arch: str, context: int, *, size: str = "small", vocab_size
 
     def step():
         with amp:
-            loss = model(input_ids=ids, labels=ids).loss
+            loss = model(input_ids=ids, labels=ids, return_logits=False).loss   # the trainer's fused loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
