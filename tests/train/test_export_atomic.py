@@ -112,3 +112,26 @@ def test_swap_cut_between_renames_is_recovered(exported, tracked_unchanged):
     assert man["steps"] == 8
     assert sorted(p.name for p in folder.parent.iterdir()) == ["tiny"]
     assert json.loads((folder / "MANIFEST.json").read_text())["weights_sha256"] != before["model.safetensors"]
+
+
+def test_export_manifest_says_how_to_reproduce(exported, tracked_unchanged):
+    """The manifest names its run, whether the run had finished, and the two commands that make the
+    model again; the training command parses back to the run's own configuration."""
+    import shlex
+
+    from protot.train import __main__ as cli
+    from protot.train.config import TrainConfig
+
+    run, folder = exported
+    man = json.loads((folder / "MANIFEST.json").read_text())
+    assert man["kind"] == "export" and man["steps"] == 4
+    assert man["status"] == ("final" if man["planned_steps"] <= 4 else "partial")
+    train_cmd, export_cmd = man["reproduce"]
+    assert "reproduce_missing_fields" not in man
+    args = shlex.split(train_cmd)
+    assert args[:3] == ["python", "-m", "protot.train"] and "--resume" in args
+    assert "--resume-from-snapshot" not in args
+    parser = cli.build_parser()
+    parsed = cli.config_from_args(parser.parse_args(args[3:]), parser)
+    assert parsed.identity() == TrainConfig.from_dict(man["train_config"]).identity()
+    assert shlex.split(export_cmd)[3:] == ["export", str(run), "tiny", "--force"]

@@ -279,11 +279,25 @@ def export(run: str | Path, name: str, *, eval_blocks: int | None = 512, dest: P
     ev = evaluate.evaluate_all(model, cfg.context, max_blocks=eval_blocks)
     half = _half(cfg, model)
 
+    train_cmd, missing = train_command(cfg, run)
+
     def make(sha, size):
         man = _common_manifest(name, cfg, model, state, ck, sha, size)
         man["data"]["eval_blocks_per_split"] = eval_blocks
         man["eval"] = ev
-        man["exported_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        man.update({
+            "kind": "export",
+            "status": "final" if state["step"] >= cfg.steps else "partial",
+            "run": _shown(Path(run)),
+            # how to make it again: train (the same command continues an interrupted run), then export.
+            # Resumes from a snapshot (budget_history) make the original run differ from an
+            # uninterrupted one by the re-warm-ups recorded there.
+            "reproduce": [train_cmd, " ".join(shlex.quote(a) for a in (
+                "python", "-m", "protot.train.pretrained", "export", _shown(Path(run)), name, "--force"))],
+            "exported_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        })
+        if missing:
+            man["reproduce_missing_fields"] = missing
         return man
 
     return _publish(folder, half, name, make, model.config.to_dict())
@@ -303,8 +317,16 @@ _FLAGS = {"size": "--size", "tokens": "--tokens", "data": "--data", "context": "
           "seed": "--seed", "eval_every": "--eval-every", "eval_blocks": "--eval-blocks", "ckpt_every": "--ckpt-every"}
 
 
-def resume_command(cfg: TrainConfig, run: str | Path, snapshot: str | Path) -> tuple[str, list[str]]:
-    """(command, fields it cannot express) that continues ``cfg``'s run in ``run`` from ``snapshot``.
+def train_command(cfg: TrainConfig, run: str | Path) -> tuple[str, list[str]]:
+    """(command, fields it cannot express) that trains ``cfg``'s run in ``run`` from scratch, or
+    continues it exactly from the run folder's checkpoints (``--resume``)."""
+    command, missing = resume_command(cfg, run, None)
+    return command, missing
+
+
+def resume_command(cfg: TrainConfig, run: str | Path, snapshot: str | Path | None) -> tuple[str, list[str]]:
+    """(command, fields it cannot express) that continues ``cfg``'s run in ``run`` from ``snapshot``
+    (None: from the run folder's checkpoints only).
 
     The profile closest to ``cfg`` is named and every other difference given as a flag; TrainConfig
     fields without a flag are returned (an empty list when the command is exact).
@@ -326,8 +348,10 @@ def resume_command(cfg: TrainConfig, run: str | Path, snapshot: str | Path) -> t
             args += [_FLAGS[field], str(getattr(cfg, field))]
         elif field not in TrainConfig.RESUMABLE_CHANGES:
             missing.append(field)
-    args += ["--out", _shown(Path(run)), "--resume", "--resume-from-snapshot", _shown(Path(snapshot)),
-             "--threads", "1"]
+    args += ["--out", _shown(Path(run)), "--resume"]
+    if snapshot is not None:
+        args += ["--resume-from-snapshot", _shown(Path(snapshot))]
+    args += ["--threads", "1"]
     return " ".join(shlex.quote(a) for a in args), missing
 
 
