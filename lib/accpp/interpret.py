@@ -79,6 +79,7 @@ import numpy as np
 import torch
 
 from accpp.arch import UnsupportedArchitecture, get_path
+from compendium.stats import bootstrap_mean_ci  # noqa: F401  (re-exported: the notebook uses it from here)
 from accpp.decompose import KIND_EMB, KIND_HEAD, KIND_MLP, Decomposition, fingerprint
 
 __all__ = ["Signal", "CorpusSpec", "Context", "TopContexts", "signal_basis", "component_vector", "select_signals",
@@ -718,17 +719,6 @@ def judge_signals(judge, descriptions: Sequence[str], found: TopContexts, seed: 
     df = pd.DataFrame(rows)
     df["gap"] = df["ba_own"] - df["ba_other"]
     return df
-
-
-def bootstrap_mean_ci(x: Sequence[float], n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean of ``x`` (resampling its entries)."""
-    x = np.asarray(x, float)
-    if len(x) < 2:
-        raise ValueError(f"a bootstrap needs at least 2 values, got {len(x)}")
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(1)
-    a = (1 - level) / 2
-    return float(np.quantile(means, a)), float(np.quantile(means, 1 - a))
 
 
 def _summary(table, n_boot: int, seed: int) -> dict:

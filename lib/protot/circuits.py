@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from compendium.stats import bootstrap_diff_ci as bootstrap_diff  # noqa: F401  (re-exported)
 from protot.mixer import gate_logits, read_query
 
 GATES = ("write", "read")
@@ -475,16 +476,6 @@ def null_positions(cap: Capture, layer: int, prototype: int, exclude_token: int,
 
 def _embed_share(dec: Decomposition) -> np.ndarray:
     return dec.positive_shares(0)[:, dec.atom_index("embed", 0)].numpy()
-
-
-def bootstrap_diff(a: np.ndarray, b: np.ndarray, n_boot: int = 2000, seed: int = 0, level: float = 0.95):
-    """Percentile bootstrap interval of mean(a) - mean(b), a and b resampled independently."""
-    rng = np.random.default_rng(seed)
-    ia = rng.integers(0, len(a), size=(n_boot, len(a)))
-    ib = rng.integers(0, len(b), size=(n_boot, len(b)))
-    d = a[ia].mean(1) - b[ib].mean(1)
-    lo, hi = np.quantile(d, [(1 - level) / 2, 1 - (1 - level) / 2])
-    return float(lo), float(hi)
 
 
 @torch.no_grad()

@@ -30,20 +30,11 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from compendium.stats import bootstrap_mean_ci  # noqa: F401  (re-exported: callers use it from here)
+
 SHORT = 8          # tokens of left context in the "short" condition of the context effect
 SPLIT = 128        # the replaced prefix: positions 0 .. SPLIT-1
 CONTEXT = 256      # block length (the models' training context)
-
-
-def bootstrap_mean_ci(x, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of ``x`` (seeded; ValueError when empty)."""
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim != 1 or len(x) == 0:
-        raise ValueError(f"bootstrap_mean_ci needs a non-empty 1-D sample, got shape {x.shape}")
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(1)
-    a = (1 - level) / 2
-    return float(np.quantile(means, a)), float(np.quantile(means, 1 - a))
 
 
 def _device(model) -> torch.device:

@@ -53,6 +53,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from compendium.stats import bootstrap_mean_ci
+
 
 @dataclass
 class Units:
@@ -274,10 +276,8 @@ def score(units: Units, classes: Classes, *, match: int, threshold: float = 5.0,
     D = disentanglement(means, active, min_active)
     sel = selectivity(means, overall)
     ok = D[~np.isnan(D)]
-    rng = np.random.default_rng(seed)
     if len(ok):
-        boot = ok[rng.integers(0, len(ok), size=(n_boot, len(ok)))].mean(1)
-        d_mean, d_ci = float(ok.mean()), (float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975)))
+        d_mean, d_ci = float(ok.mean()), bootstrap_mean_ci(ok, n_boot=n_boot, seed=seed)
     else:
         d_mean, d_ci = float("nan"), (float("nan"), float("nan"))
     cov = matched_coverage(sel, match, threshold, n_subsets, seed)

@@ -45,6 +45,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from compendium.stats import bootstrap_diff_ci as unpaired_bootstrap_ci  # noqa: F401  (re-exported)
+from compendium.stats import bootstrap_mean_ci as bootstrap_ci  # noqa: F401
+from compendium.stats import paired_bootstrap_ci  # noqa: F401
+
 EDIT_TYPES = ("abbreviation", "punctuation", "spelling", "synonym", "typos")
 #: A meaning-*changing* control of the same size as a synonym edit: one word (4+ letters, before the
 #: last word) replaced by a random unrelated word. "Robust" is judged against it.
@@ -676,36 +680,7 @@ def _common_suffix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-# -- statistics ------------------------------------------------------------------------------------
-def bootstrap_ci(x, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of ``x``."""
-    x = np.asarray(x, dtype=float)
-    if len(x) == 0:
-        raise ValueError("bootstrap_ci of an empty sample")
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(1)
-    a = (1 - level) / 2
-    return float(np.quantile(means, a)), float(np.quantile(means, 1 - a))
-
-
-def paired_bootstrap_ci(x, y, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval of mean(x - y) over paired samples."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if x.shape != y.shape:
-        raise ValueError(f"paired samples differ in shape: {x.shape} vs {y.shape}")
-    return bootstrap_ci(x - y, n_boot=n_boot, seed=seed, level=level)
-
-
-def unpaired_bootstrap_ci(x, y, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval of mean(x) - mean(y) for independent samples."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    rng = np.random.default_rng(seed)
-    d = (x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(1)
-         - y[rng.integers(0, len(y), size=(n_boot, len(y)))].mean(1))
-    a = (1 - level) / 2
-    return float(np.quantile(d, a)), float(np.quantile(d, 1 - a))
-
-
+# -- statistics (the bootstrap intervals live in compendium.stats) ---------------------------------
 def spearman(x, y) -> float:
     """Spearman rank correlation (average ranks for ties)."""
     rx = pd.Series(np.asarray(x, dtype=float)).rank().to_numpy()

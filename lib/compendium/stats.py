@@ -1,0 +1,47 @@
+"""Percentile-bootstrap intervals shared by both papers' measurements (one home, seeded).
+
+Each resamples the sample's entries with replacement ``n_boot`` times (numpy's default_rng(seed)),
+takes the statistic of each resample and returns the (1 - level) / 2 and 1 - (1 - level) / 2
+quantiles. Deterministic for a seed; ValueError for an empty or non-1-D sample.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _sample(x, name: str) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 1 or len(x) == 0:
+        raise ValueError(f"{name} needs a non-empty 1-D sample, got shape {x.shape}")
+    return x
+
+
+def _quantiles(stats: np.ndarray, level: float) -> tuple[float, float]:
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    a = (1 - level) / 2
+    return float(np.quantile(stats, a)), float(np.quantile(stats, 1 - a))
+
+
+def bootstrap_mean_ci(x, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+    """Interval of the mean of ``x``."""
+    x = _sample(x, "bootstrap_mean_ci")
+    rng = np.random.default_rng(seed)
+    return _quantiles(x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(1), level)
+
+
+def paired_bootstrap_ci(x, y, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+    """Interval of mean(x - y) over paired samples (the pairs resampled together)."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.shape != y.shape:
+        raise ValueError(f"paired samples differ in shape: {x.shape} vs {y.shape}")
+    return bootstrap_mean_ci(x - y, n_boot=n_boot, seed=seed, level=level)
+
+
+def bootstrap_diff_ci(a, b, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+    """Interval of mean(a) - mean(b), a and b resampled independently (unpaired samples)."""
+    a, b = _sample(a, "bootstrap_diff_ci"), _sample(b, "bootstrap_diff_ci")
+    rng = np.random.default_rng(seed)
+    ia = rng.integers(0, len(a), size=(n_boot, len(a)))
+    ib = rng.integers(0, len(b), size=(n_boot, len(b)))
+    return _quantiles(a[ia].mean(1) - b[ib].mean(1), level)

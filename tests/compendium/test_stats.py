@@ -1,0 +1,51 @@
+"""compendium.stats: the one home of the percentile-bootstrap intervals."""
+import numpy as np
+import pytest
+
+from compendium import stats
+
+
+def test_mean_ci_is_the_percentile_bootstrap_by_hand():
+    x = np.random.default_rng(5).normal(1.0, 2.0, size=40)
+    rng = np.random.default_rng(3)
+    means = x[rng.integers(0, 40, size=(500, 40))].mean(1)
+    want = (np.quantile(means, 0.05), np.quantile(means, 0.95))  # level 0.9
+    assert stats.bootstrap_mean_ci(x, n_boot=500, seed=3, level=0.9) == pytest.approx(want, rel=1e-12)
+    assert stats.bootstrap_mean_ci(x, seed=1) == stats.bootstrap_mean_ci(x, seed=1)
+    assert stats.bootstrap_mean_ci(x, seed=1) != stats.bootstrap_mean_ci(x, seed=2)
+
+
+def test_mean_ci_covers_the_mean_and_shrinks_with_n():
+    rng = np.random.default_rng(0)
+    small, large = rng.normal(size=20), rng.normal(size=2000)
+    for x in (small, large):
+        lo, hi = stats.bootstrap_mean_ci(x)
+        assert lo < x.mean() < hi
+    w = lambda x: np.subtract(*stats.bootstrap_mean_ci(x)[::-1])  # noqa: E731
+    assert w(large) < w(small) / 5
+    assert stats.bootstrap_mean_ci(np.full(30, 0.25)) == (0.25, 0.25)
+
+
+def test_paired_and_unpaired():
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=50)
+    b = a + 0.5 + 0.01 * rng.normal(size=50)
+    lo, hi = stats.paired_bootstrap_ci(b, a)
+    assert 0.49 < lo < 0.5 < hi < 0.51                     # pairing removes the shared noise
+    lo_u, hi_u = stats.bootstrap_diff_ci(b, a)
+    assert lo_u < lo and hi_u > hi                         # unpaired: the noise stays in
+    with pytest.raises(ValueError, match="shape"):
+        stats.paired_bootstrap_ci(a, a[:-1])
+
+
+@pytest.mark.parametrize("bad", [[], np.zeros((2, 3))])
+def test_bad_samples(bad):
+    with pytest.raises(ValueError, match="non-empty 1-D"):
+        stats.bootstrap_mean_ci(bad)
+    with pytest.raises(ValueError, match="non-empty 1-D"):
+        stats.bootstrap_diff_ci(bad, [1.0])
+
+
+def test_bad_level():
+    with pytest.raises(ValueError, match="level"):
+        stats.bootstrap_mean_ci([1.0, 2.0], level=1.5)
