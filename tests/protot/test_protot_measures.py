@@ -129,6 +129,63 @@ def test_ppl_ranking():
         evaluate.measure_ppl_ranking(pd.concat([_ppl_table(), _ppl_table().iloc[[0]]]), 600.0, "")
 
 
+def _manifest(arch, non_embedding=4_490_000, **changes):
+    m = {"arch": arch, "steps": 2930, "planned_steps": 2930, "tokens_seen": 12_001_280,
+         "eval": {"validation": {"ppl": {"protot": 90.0, "llama": 80.0}[arch]}},
+         "data": {"data_key": "k"}, "tokenizer": {"sha256": "t"},
+         "parameters": {"non_embedding": non_embedding},
+         "train_config": {"arch": arch, "context": 256, "batch_size": 16, "lr": 2e-3, "seed": 0,
+                          "model_overrides": [["shared_keys", True]] if arch == "protot" else [],
+                          "eval_every": 250}}
+    for k, v in changes.items():
+        m[k] = v
+    return m
+
+
+def test_equal_budget_names_every_difference():
+    from protot.train import evaluate
+
+    pair = {"protot-cpu-small": _manifest("protot"), "llama-cpu-small": _manifest("llama", 4_488_448)}
+    assert evaluate.equal_budget(pair) == (True, [])
+    cases = {
+        "not finished": dict(steps=600),
+        "no evaluation": dict(eval={}),
+        "tokens seen": dict(tokens_seen=1),
+        "data keys": dict(data={"data_key": "other"}),
+        "tokenizers": dict(tokenizer={"sha256": "other"}),
+        "training configs": dict(train_config={**_manifest("llama")["train_config"], "lr": 1e-3}),
+        "non-embedding": dict(parameters={"non_embedding": 5_000_000}),
+    }
+    for what, change in cases.items():
+        ok, why = evaluate.equal_budget({**pair, "llama-cpu-small": _manifest("llama", **change)})
+        assert not ok and any(what in w for w in why), (what, why)
+    # what may differ: the architecture, its overrides, evaluation and checkpoint cadence
+    cadence = {**_manifest("llama")["train_config"], "eval_every": 100}
+    assert evaluate.equal_budget({**pair, "llama-cpu-small": _manifest("llama", train_config=cadence)})[0]
+    with pytest.raises(ValueError, match="at least two"):
+        evaluate.equal_budget({"a": _manifest("llama")})
+
+
+def test_ppl_ranking_from_a_committed_pair():
+    from protot.train import evaluate
+
+    pair = {"protot-cpu-small": _manifest("protot"), "llama-cpu-small": _manifest("llama")}
+    m = evaluate.measure_ppl_ranking(_ppl_table(), 600.0, "tiny.", pair=pair)
+    assert m.evidence["val_ppl"]["protot"] == 90.0 and m.evidence["val_ppl"]["llama"] == 80.0
+    assert m.evidence["source"]["protot"].startswith("models/protot-cpu-small")
+    assert m.evidence["source"]["mamba"] == "trained here"
+    assert m.values["protot_trails_llama"] is True
+    assert m.values["protot_deltanet_gap"] == pytest.approx(abs(90 / 110 - 1))
+    fits_ledger(m)
+    swapped = {"protot-cpu-small": _manifest("protot", eval={"validation": {"ppl": 70.0}}),
+               "llama-cpu-small": _manifest("llama")}
+    assert evaluate.measure_ppl_ranking(_ppl_table(), 600.0, "", pair=swapped).values["protot_trails_llama"] is False
+    with pytest.raises(ValueError, match="equal size and tokens"):
+        evaluate.measure_ppl_ranking(_ppl_table(), 600.0, "", pair={**pair, "llama-cpu-small": _manifest("llama", steps=200)})
+    with pytest.raises(ValueError, match="one ProtoT and one LLaMA"):
+        evaluate.measure_ppl_ranking(_ppl_table(), 600.0, "", pair={"a": _manifest("llama"), "b": _manifest("llama")})
+
+
 # ----------------------------------------------------------------------------- 03_scaling
 def test_scaling_trend():
     from protot.train import sweep

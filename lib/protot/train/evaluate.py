@@ -8,6 +8,7 @@ of the evaluated stream) does not depend on the tokenizer and is reported beside
 """
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -122,10 +123,52 @@ def measure_ppl(arch: str, table, curves, unigram: float, committed: dict[str, d
         note=f"validation perplexity {val:.1f}; " + scale_note)
 
 
-def measure_ppl_ranking(table, unigram: float, scale_note: str, config: dict | None = None):
+#: TrainConfig fields that may differ between two runs compared "at equal size and tokens".
+_PAIR_FREE_FIELDS = ("arch", "model_overrides", "eval_every", "eval_blocks", "ckpt_every", "keep_checkpoints")
+
+
+def equal_budget(manifests: dict[str, dict], tolerance: float = 0.01) -> tuple[bool, list[str]]:
+    """Whether committed models (``{name: MANIFEST}``) were trained at equal size and tokens: each
+    finished (steps >= planned steps) and evaluated, the same tokens seen, data key, tokenizer and
+    training config apart from the architecture and its overrides, and non-embedding parameters
+    within ``tolerance`` of each other. Returns (ok, the reasons it is not)."""
+    if len(manifests) < 2:
+        raise ValueError(f"equal_budget compares at least two models, got {list(manifests)}")
+    why = []
+    for name, m in manifests.items():
+        if m.get("steps", 0) < m.get("planned_steps", float("inf")):
+            why.append(f"{name} is not finished (step {m.get('steps')} of {m.get('planned_steps')})")
+        if not m.get("eval"):
+            why.append(f"{name} has no evaluation (a snapshot, not an export)")
+
+    def same(label, get):
+        vals = {n: get(m) for n, m in manifests.items()}
+        if len({json.dumps(v, sort_keys=True) for v in vals.values()}) > 1:
+            why.append(f"{label} differ: {vals}")
+
+    def train_cfg(m):
+        return {k: v for k, v in m["train_config"].items() if k not in _PAIR_FREE_FIELDS}
+
+    same("tokens seen", lambda m: m["tokens_seen"])
+    same("data keys", lambda m: m["data"]["data_key"])
+    same("tokenizers", lambda m: m["tokenizer"]["sha256"])
+    same("training configs (besides arch)", train_cfg)
+    sizes = {n: m["parameters"]["non_embedding"] for n, m in manifests.items()}
+    if max(sizes.values()) > (1 + tolerance) * min(sizes.values()):
+        why.append(f"non-embedding parameters differ by more than {tolerance:.0%}: {sizes}")
+    return not why, why
+
+
+def measure_ppl_ranking(table, unigram: float, scale_note: str, config: dict | None = None,
+                        pair: dict[str, dict] | None = None):
     """Claim protot/ppl-ranking: ProtoT trails LLaMA and Mamba and is close to DeltaNet (validation
     perplexity of the models trained here); ``worst_ppl_over_unigram`` (power precondition) says whether
-    every model learned beyond token frequencies."""
+    every model learned beyond token frequencies.
+
+    ``pair``: ``{name: MANIFEST}`` of a committed ProtoT and LLaMA trained at equal size and tokens
+    (:func:`equal_budget` must accept them): ProtoT vs LLaMA is then read from them, longer-trained
+    than the runs of the table, and Mamba and DeltaNet (no committed models) still from the table;
+    ``evidence["source"]`` says which model each perplexity comes from."""
     from compendium.claims import Measurement
 
     ours = _trained_here(table)
@@ -135,6 +178,20 @@ def measure_ppl_ranking(table, unigram: float, scale_note: str, config: dict | N
         raise ValueError(f"measure_ppl_ranking: no model trained here for {missing}")
     if not unigram > 0:
         raise ValueError(f"measure_ppl_ranking: the unigram perplexity must be positive, got {unigram}")
+    source = {a: "trained here" for a in val}
+    evidence = {}
+    if pair is not None:
+        by_arch = {m["arch"]: (n, m) for n, m in pair.items()}
+        if sorted(by_arch) != ["llama", "protot"] or len(pair) != 2:
+            raise ValueError(f"measure_ppl_ranking: the pair must be one ProtoT and one LLaMA, got "
+                             f"{ {n: m['arch'] for n, m in pair.items()} }")
+        ok, why = equal_budget(pair)
+        if not ok:
+            raise ValueError("measure_ppl_ranking: the pair was not trained at equal size and tokens: " + "; ".join(why))
+        for a, (n, m) in by_arch.items():
+            val[a] = float(m["eval"]["validation"]["ppl"])
+            source[a] = f"models/{n} ({m['tokens_seen']:,} tokens)"
+        evidence["pair_tokens"] = next(iter(pair.values()))["tokens_seen"]
     ranking = sorted(val, key=val.get)
     return Measurement(
         "protot/ppl-ranking",
@@ -142,6 +199,9 @@ def measure_ppl_ranking(table, unigram: float, scale_note: str, config: dict | N
                 "protot_trails_mamba": bool(val["protot"] > val["mamba"]),
                 "protot_deltanet_gap": abs(val["protot"] / val["deltanet"] - 1),
                 "worst_ppl_over_unigram": max(val.values()) / unigram},
-        evidence={"order (best first)": " < ".join(ranking), "val_ppl": val, "unigram_ppl": unigram},
+        evidence={"order (best first)": " < ".join(ranking), "val_ppl": val, "unigram_ppl": unigram,
+                  "source": source, **evidence},
         tables={"02_perplexity": table}, config=dict(config or {}),
-        note=f"validation perplexity, best first: {' < '.join(f'{a} {val[a]:.1f}' for a in ranking)}; " + scale_note)
+        note=(f"validation perplexity, best first: {' < '.join(f'{a} {val[a]:.1f}' for a in ranking)}"
+              + ("" if pair is None else f" (ProtoT and LLaMA: {source['protot']}, {source['llama']}; "
+                 "Mamba and DeltaNet: trained here)") + "; " + scale_note))
