@@ -320,8 +320,7 @@ _FLAGS = {"size": "--size", "tokens": "--tokens", "data": "--data", "context": "
 def train_command(cfg: TrainConfig, run: str | Path) -> tuple[str, list[str]]:
     """(command, fields it cannot express) that trains ``cfg``'s run in ``run`` from scratch, or
     continues it exactly from the run folder's checkpoints (``--resume``)."""
-    command, missing = resume_command(cfg, run, None)
-    return command, missing
+    return resume_command(cfg, run, None)
 
 
 def resume_command(cfg: TrainConfig, run: str | Path, snapshot: str | Path | None) -> tuple[str, list[str]]:
