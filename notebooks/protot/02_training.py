@@ -10,8 +10,10 @@
 # backbone, parameter count (matched non-embedding parameters), data, token budget, optimiser and
 # schedule, and evaluated on our held-out validation documents and on WikiText-2 (test). At the
 # `cpu` profile the models are tiny (2 layers x 64 hidden) and see ~41 k tokens, so the numbers
-# are a smoke-scale measurement, not the paper's; the longer-trained committed CPU models
-# (`models/`, 4 layers x 256) are shown beside them when present. The `paper`
+# are a smoke-scale measurement, not the paper's; they show the training loop. The committed CPU models
+# (`models/protot-cpu-small` and `models/llama-cpu-small`: the paper's small backbone, 6 layers x 256,
+# 12 M tokens each of our corpus) are shown beside them, and ProtoT vs LLaMA in the ranking is read from
+# that pair (trained at equal size and tokens; `evaluate.equal_budget` checks it). The `paper`
 # profile is the paper's large setting on a GPU (our corpus, not FineWeb-Edu, unless streamed).
 #
 # Perplexities are per token of our 12k BPE (the paper's tokenizer differs), so the paper's
@@ -86,7 +88,7 @@ for a in ARCHS:
                  "tokens": BASE.steps * BASE.tokens_per_step,
                  "val ppl": ev["validation"]["ppl"], "val bits/byte": ev["validation"]["bits_per_byte"],
                  "WikiText-2 ppl": ev["wikitext2-test"]["ppl"], "paper ppl (large)": PAPER_PPL[a]})
-committed = [n for n in ("protot-cpu", "llama-cpu") if n in pretrained.available()]
+committed = [n for n in ("protot-cpu-small", "llama-cpu-small") if n in pretrained.available()]
 for name in committed:
     print("using committed model:", pretrained.describe(name))
     man = pretrained.manifest(name)
@@ -167,7 +169,13 @@ for a, key in (("protot", "protot/ppl-protot-large"), ("llama", "protot/ppl-llam
     display(verdicts[a])
 
 # %%
-m = evaluate.measure_ppl_ranking(table, unigram, scale_note, config=cfg_rec)
+# at `cpu`, ProtoT vs LLaMA from the committed pair when both are there and trained at equal size and
+# tokens (they saw 300x the tokens of the runs above); ProtoT vs Mamba and DeltaNet from the models
+# trained above (no committed Mamba or DeltaNet). At `paper` every comparison is between the runs above.
+use_pair = nb.profile == "cpu" and len(manifests) == 2 and evaluate.equal_budget(manifests)[0]
+pair = manifests if use_pair else None
+print("ProtoT vs LLaMA read from:", "the committed pair " + " and ".join(manifests) if pair else "the models trained here")
+m = evaluate.measure_ppl_ranking(table, unigram, scale_note, config=cfg_rec, pair=pair)
 assert m.claim == "protot/ppl-ranking"
 ranking_verdict = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 ranking_verdict

@@ -16,15 +16,16 @@
 # temperatures are set** (a deterministic 1-D search) **so that their mean gate entropies match the
 # trained model's** (gates as sharp, routing not learned), at least three seeds. The check, written
 # in `claims.yaml` before measuring: the trained model's mean coherence exceeds the largest of the
-# null models'. At the `cpu` profile the model is our small committed CPU model (see the model line
-# below): far smaller than the paper's, so its layer and prototype numbers cannot match the
-# paper's (there is no L7 or L10 here).
+# null models'. At the `cpu` profile the model is the committed cpu-small ProtoT (the paper's small
+# backbone, 6 layers x 256, trained on 12 M tokens of our corpus; see the model line below): far
+# smaller and shorter-trained than the paper's large model, so its layer and prototype numbers cannot
+# match the paper's (there is no L7 or L10 here).
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
 SEED = 0
 DEVICE = "cpu"
-MODEL = "protot-cpu"
+MODEL = "protot-cpu-small"
 
 # %%
 import matplotlib.pyplot as plt

@@ -8,10 +8,10 @@
 # **Checked here:** the paper's L9 P7 does not exist in our small models, so the prototype is
 # *chosen by its causal effect* on the **training** split: on windows just before occurrences of
 # " women", each candidate (layer, prototype) is masked in turn (removed from the write and read
-# softmax of its layer) and the one whose mask lowers the mean p(" women") most is selected. At the
-# `cpu` profile the candidates are bounded to the most selective prototypes (half by write gate on
-# the word, half by read gate just before it); the `paper` profile scans every prototype of every
-# layer. The selected prototype is then judged on the **validation** split: the drop of mean
+# softmax of its layer) and the one whose mask lowers the mean p(" women") most is selected. Every
+# prototype of every layer is scanned at both profiles (the `paper` profile on more and longer windows);
+# `candidates=n` bounds the scan to the n most gate-selective, which on our cpu-small model picks mostly
+# prototypes with almost no gate mass (see the claim's history). The selected prototype is then judged on the **validation** split: the drop of mean
 # p(" women") under the mask (bootstrap interval over contexts), its specificity (the same mask on
 # p(" men"), p(" he"), p(" she")), same-layer control prototypes, random single-prototype masks over
 # all layers, and the perplexity change. A power precondition comes first: the model must use
@@ -23,7 +23,7 @@
 PROFILE = "cpu"
 SEED = 0
 DEVICE = "cpu"
-MODEL = "protot-cpu"
+MODEL = "protot-cpu-small"
 
 # %%
 import matplotlib.pyplot as plt
@@ -41,7 +41,7 @@ WORD = " women"
 OTHER_WORDS = (" men", " he", " she")                                  # does the edit single out " women"?
 SETTINGS = profiles.pick(
     nb.profile,
-    cpu=dict(candidates=16, select_windows=48, select_context=64, context=64, max_contexts=None,
+    cpu=dict(candidates=None, select_windows=48, select_context=64, context=64, max_contexts=None,
              other_contexts=48, n_controls=5, n_random=12, reinit_seeds=(nb.seed,), ppl_blocks=8),
     paper=dict(candidates=None, select_windows=512, select_context=256, context=256, max_contexts=None,
                other_contexts=512, n_controls=None, n_random=64, reinit_seeds=tuple(range(nb.seed, nb.seed + 5)),

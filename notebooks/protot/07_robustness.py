@@ -13,9 +13,10 @@
 # falls anywhere before the last word; we compare the next-token distribution at the **end** of the
 # context (same continuation point) between original and edited text, as JSD in **bits** (base 2,
 # bounded by 1; nats = bits x ln 2), for our two small CPU models trained on the same data and
-# tokenizer: ProtoT (`models/protot-cpu`) and LLaMA (`models/llama-cpu`) at the `cpu` profile
-# (the model lines printed below say which, how large and how long trained), weak models whose
-# next-token distributions are broad, so divergences are not on the paper's scale and any difference
+# tokenizer: ProtoT (`models/protot-cpu-small`) and LLaMA (`models/llama-cpu-small`) at the `cpu` profile,
+# the paper's small backbone (6 layers x 256) trained on 12 M tokens each at equal size and tokens (the
+# model lines printed below say which, how large and how long trained), small models whose next-token
+# distributions are still broad, so divergences are not on the paper's scale and any difference
 # between the models is a statement about these two models only. "Robust" is judged against a
 # meaning-*changing* control of the same size (one word replaced by a random unrelated word).
 # Two power preconditions come first: the control must be separable from the meaning-preserving
@@ -64,10 +65,11 @@ PAPER = claims.get_claim("protot/robustness-jsd").paper_value   # per-type JSD (
 TYPES = list(rb.EDIT_TYPES)
 
 # models: the committed CPU models; at the paper profile the paper-scale ones when committed
-wanted = profiles.pick(PROFILE, cpu=[("protot-cpu", "llama-cpu")],
-                       paper=[("protot-large", "llama-large"), ("protot-paper", "llama-paper"), ("protot-cpu", "llama-cpu")])
+wanted = profiles.pick(PROFILE, cpu=[("protot-cpu-small", "llama-cpu-small")],
+                       paper=[("protot-large", "llama-large"), ("protot-paper", "llama-paper"),
+                              ("protot-cpu-small", "llama-cpu-small")])
 NAMES = next(pair for pair in wanted if set(pair) <= set(pretrained.available()))
-if PROFILE == "paper" and NAMES == ("protot-cpu", "llama-cpu"):
+if PROFILE == "paper" and NAMES == ("protot-cpu-small", "llama-cpu-small"):
     print("WARNING: no paper-scale models are committed (models/); using the CPU models with more pairs")
 models = {"ProtoT": pretrained.load(NAMES[0], device=DEVICE), "LLaMA": pretrained.load(NAMES[1], device=DEVICE)}
 for k, m in models.items():

@@ -20,15 +20,16 @@
 # Each kind has a null that should score lower: an untrained ProtoT whose gate entropies match the
 # trained one's, an untrained LLaMA, and a random dictionary with the SAE's top-k encoding. The
 # check in `claims.yaml` was written before this notebook first ran. At the `cpu` profile the models
-# are our small committed CPU models (4 layers x 256, 2 M tokens; see the model lines below), far from
+# are the committed cpu-small models (the paper's small backbone, 6 layers x 256, 12 M tokens each of our
+# corpus; see the model lines below), far from
 # the paper's 12 x 512: the result is about these models and these definitions.
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
 SEED = 0
 DEVICE = "cpu"
-PROTOT_MODEL = "protot-cpu"
-LLAMA_MODEL = "llama-cpu"
+PROTOT_MODEL = "protot-cpu-small"
+LLAMA_MODEL = "llama-cpu-small"
 
 # %%
 import matplotlib.pyplot as plt

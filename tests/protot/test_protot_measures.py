@@ -118,7 +118,8 @@ def test_ppl_ranking():
     m = evaluate.measure_ppl_ranking(_ppl_table(), 600.0, "tiny.")
     assert m.values == {"protot_trails_llama": True, "protot_trails_mamba": True,
                         "protot_deltanet_gap": pytest.approx(120 / 110 - 1), "worst_ppl_over_unigram": 0.2}
-    assert m.evidence["order (best first)"] == "llama < mamba < deltanet < protot"
+    assert m.evidence["order trained here (best first)"] == "llama < mamba < deltanet < protot"
+    assert set(m.evidence["source"].values()) == {"trained here"}
     assert m.note.startswith("validation perplexity, best first: llama 100.0 < mamba 105.0")
     fits_ledger(m)
     with pytest.raises(ValueError, match="mamba"):
@@ -171,12 +172,21 @@ def test_ppl_ranking_from_a_committed_pair():
 
     pair = {"protot-cpu-small": _manifest("protot"), "llama-cpu-small": _manifest("llama")}
     m = evaluate.measure_ppl_ranking(_ppl_table(), 600.0, "tiny.", pair=pair)
-    assert m.evidence["val_ppl"]["protot"] == 90.0 and m.evidence["val_ppl"]["llama"] == 80.0
-    assert m.evidence["source"]["protot"].startswith("models/protot-cpu-small")
-    assert m.evidence["source"]["mamba"] == "trained here"
+    assert m.evidence["val_ppl (committed pair)"] == {"protot (models/protot-cpu-small)": 90.0,
+                                                      "llama (models/llama-cpu-small)": 80.0}
+    assert m.evidence["source"]["protot vs llama"].startswith("models/protot-cpu-small and models/llama-cpu-small")
+    assert m.evidence["source"]["protot vs mamba"] == "trained here"
+    # ProtoT vs LLaMA from the pair; ProtoT vs Mamba and DeltaNet between the models trained here (protot 120):
+    # the committed ProtoT (90) is not compared with models that saw far fewer tokens
     assert m.values["protot_trails_llama"] is True
-    assert m.values["protot_deltanet_gap"] == pytest.approx(abs(90 / 110 - 1))
+    assert m.values["protot_trails_mamba"] is True
+    assert m.values["protot_deltanet_gap"] == pytest.approx(abs(120 / 110 - 1))
+    assert m.values["worst_ppl_over_unigram"] == pytest.approx(120 / 600)  # over every model the comparisons read
+    assert "committed pair: protot 90.0 vs llama 80.0" in m.note
     fits_ledger(m)
+    weak = evaluate.measure_ppl_ranking(_ppl_table(), 600.0, "", pair={
+        **pair, "llama-cpu-small": _manifest("llama", eval={"validation": {"ppl": 700.0}})})
+    assert weak.values["protot_trails_llama"] is False and weak.values["worst_ppl_over_unigram"] == pytest.approx(700 / 600)
     swapped = {"protot-cpu-small": _manifest("protot", eval={"validation": {"ppl": 70.0}}),
                "llama-cpu-small": _manifest("llama")}
     assert evaluate.measure_ppl_ranking(_ppl_table(), 600.0, "", pair=swapped).values["protot_trails_llama"] is False

@@ -161,25 +161,30 @@ def equal_budget(manifests: dict[str, dict], tolerance: float = 0.01) -> tuple[b
 
 def measure_ppl_ranking(table, unigram: float, scale_note: str, config: dict | None = None,
                         pair: dict[str, dict] | None = None):
-    """Claim protot/ppl-ranking: ProtoT trails LLaMA and Mamba and is close to DeltaNet (validation
-    perplexity of the models trained here); ``worst_ppl_over_unigram`` (power precondition) says whether
-    every model learned beyond token frequencies.
+    """Claim protot/ppl-ranking: ProtoT trails LLaMA and Mamba and is close to DeltaNet, each comparison
+    between models trained at equal size and tokens; ``worst_ppl_over_unigram`` (power precondition) is
+    the worst validation perplexity over unigram among the models the comparisons read, so it says
+    whether every one of them learned beyond token frequencies.
 
-    ``pair``: ``{name: MANIFEST}`` of a committed ProtoT and LLaMA trained at equal size and tokens
-    (:func:`equal_budget` must accept them): ProtoT vs LLaMA is then read from them, longer-trained
-    than the runs of the table, and Mamba and DeltaNet (no committed models) still from the table;
-    ``evidence["source"]`` says which model each perplexity comes from."""
+    Without ``pair`` all three comparisons read the validation perplexities of the models trained in
+    this run (the ``table`` rows whose source starts with "trained"). ``pair``: ``{name: MANIFEST}`` of a
+    committed ProtoT and LLaMA trained at equal size and tokens (:func:`equal_budget` must accept them):
+    ProtoT vs LLaMA is then read from them, while ProtoT vs Mamba and ProtoT vs DeltaNet stay between
+    the models trained here (no committed Mamba or DeltaNet: comparing them with the committed ProtoT
+    would not be at equal tokens). ``evidence["source"]`` says where each comparison comes from."""
     from compendium.claims import Measurement
 
     ours = _trained_here(table)
-    val = dict(zip(ours["model"], ours["val ppl"]))
-    missing = [a for a in ("protot", "llama", "mamba", "deltanet") if a not in val]
+    here = dict(zip(ours["model"], (float(v) for v in ours["val ppl"])))
+    missing = [a for a in ("protot", "llama", "mamba", "deltanet") if a not in here]
     if missing:
         raise ValueError(f"measure_ppl_ranking: no model trained here for {missing}")
     if not unigram > 0:
         raise ValueError(f"measure_ppl_ranking: the unigram perplexity must be positive, got {unigram}")
-    source = {a: "trained here" for a in val}
-    evidence = {}
+    vs_llama = {a: here[a] for a in ("protot", "llama")}
+    source = {"protot vs llama": "trained here", "protot vs mamba": "trained here",
+              "protot vs deltanet": "trained here"}
+    evidence = {"val_ppl (trained here)": here}
     if pair is not None:
         by_arch = {m["arch"]: (n, m) for n, m in pair.items()}
         if sorted(by_arch) != ["llama", "protot"] or len(pair) != 2:
@@ -188,20 +193,24 @@ def measure_ppl_ranking(table, unigram: float, scale_note: str, config: dict | N
         ok, why = equal_budget(pair)
         if not ok:
             raise ValueError("measure_ppl_ranking: the pair was not trained at equal size and tokens: " + "; ".join(why))
-        for a, (n, m) in by_arch.items():
-            val[a] = float(m["eval"]["validation"]["ppl"])
-            source[a] = f"models/{n} ({m['tokens_seen']:,} tokens)"
-        evidence["pair_tokens"] = next(iter(pair.values()))["tokens_seen"]
-    ranking = sorted(val, key=val.get)
+        vs_llama = {a: float(m["eval"]["validation"]["ppl"]) for a, (n, m) in by_arch.items()}
+        tokens = next(iter(pair.values()))["tokens_seen"]
+        source["protot vs llama"] = (f"models/{by_arch['protot'][0]} and models/{by_arch['llama'][0]} "
+                                     f"({tokens:,} tokens each)")
+        evidence["val_ppl (committed pair)"] = {f"{a} (models/{n})": vs_llama[a] for a, (n, _) in by_arch.items()}
+    used = [*vs_llama.values(), here["protot"], here["mamba"], here["deltanet"]]
+    order_here = sorted(here, key=here.get)
+    note = "validation perplexity, best first: " + " < ".join(f"{a} {here[a]:.1f}" for a in order_here) + " (trained here)"
+    if pair is not None:
+        note += (f"; committed pair: protot {vs_llama['protot']:.1f} vs llama {vs_llama['llama']:.1f} "
+                 f"({source['protot vs llama']})")
     return Measurement(
         "protot/ppl-ranking",
-        values={"protot_trails_llama": bool(val["protot"] > val["llama"]),
-                "protot_trails_mamba": bool(val["protot"] > val["mamba"]),
-                "protot_deltanet_gap": abs(val["protot"] / val["deltanet"] - 1),
-                "worst_ppl_over_unigram": max(val.values()) / unigram},
-        evidence={"order (best first)": " < ".join(ranking), "val_ppl": val, "unigram_ppl": unigram,
+        values={"protot_trails_llama": bool(vs_llama["protot"] > vs_llama["llama"]),
+                "protot_trails_mamba": bool(here["protot"] > here["mamba"]),
+                "protot_deltanet_gap": abs(here["protot"] / here["deltanet"] - 1),
+                "worst_ppl_over_unigram": max(used) / unigram},
+        evidence={"order trained here (best first)": " < ".join(order_here), "unigram_ppl": unigram,
                   "source": source, **evidence},
         tables={"02_perplexity": table}, config=dict(config or {}),
-        note=(f"validation perplexity, best first: {' < '.join(f'{a} {val[a]:.1f}' for a in ranking)}"
-              + ("" if pair is None else f" (ProtoT and LLaMA: {source['protot']}, {source['llama']}; "
-                 "Mamba and DeltaNet: trained here)") + "; " + scale_note))
+        note=note + "; " + scale_note)
