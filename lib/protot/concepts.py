@@ -38,8 +38,10 @@ from protot import intervene
 
 GATE_KINDS = ("write", "read")
 EDITS = ("none", "mask", "reinit", "mask-write", "mask-read")
-DEFAULT_MODEL = "protot-cpu"
-DEFAULT_RUN = ".cache/runs/protot-cpu-hour"
+DEFAULT_MODEL = "protot-cpu-small"
+#: the local training run each committed ProtoT was exported from (models/README.md): the fallback of
+#: :func:`load_model` when the committed folder is missing
+RUNS = {"protot-cpu-small": ".cache/runs/protot-cpu-small", "protot-cpu": ".cache/runs/protot-cpu-hour"}
 
 
 # -- the model a notebook uses ---------------------------------------------------------------------
@@ -52,7 +54,7 @@ class LoadedModel:
     name: str         # the committed name, or the run folder
 
 
-def load_model(name: str = DEFAULT_MODEL, run: str | Path | None = DEFAULT_RUN,
+def load_model(name: str = DEFAULT_MODEL, run: str | Path | None = None,
                device: str | torch.device = "cpu") -> LoadedModel:
     """The trained ProtoT a notebook uses.
 
@@ -69,6 +71,7 @@ def load_model(name: str = DEFAULT_MODEL, run: str | Path | None = DEFAULT_RUN,
         m = pretrained.load(name, device=device)
         return LoadedModel(m.model, m.tokenizer, pretrained.describe(name), "committed", name)
     tried = [f"models/{name} (committed models: {pretrained.available() or 'none'})"]
+    run = RUNS.get(name) if run is None else run
     candidates = [Path(name)] if ("/" in name or Path(name).is_dir()) else []
     if run is not None:
         candidates.append(Path(run))
@@ -95,8 +98,8 @@ def load_model(name: str = DEFAULT_MODEL, run: str | Path | None = DEFAULT_RUN,
     raise FileNotFoundError(
         f"no trained ProtoT model: looked for {'; '.join(tried)}. Get one with `make setup` (the committed "
         "models/ ship with the repository: `git checkout -- models/`), or train and export it: "
-        "`python -m protot.train --arch protot --profile cpu-hour --out .cache/runs/protot-cpu-hour --resume "
-        "--threads 1` then `python -m protot.train.pretrained export .cache/runs/protot-cpu-hour protot-cpu`.")
+        "the training and export commands of each committed model are in models/README.md and in its "
+        "MANIFEST.json (`reproduce`).")
 
 
 def _read_jsonl(path: Path) -> list[dict]:

@@ -163,8 +163,11 @@ def test_windows_at(women):
 
 def test_load_model_fails_clearly(tmp_path, monkeypatch):
     monkeypatch.setenv("PROTOT_MODELS", str(tmp_path / "models"))
-    with pytest.raises(FileNotFoundError, match="protot.train.pretrained export"):
+    with pytest.raises(FileNotFoundError, match="no-run .no checkpoint.*models/README.md"):
         C.load_model("protot-cpu", run=tmp_path / "no-run")
+    # a name without a known run and no run given: only the committed folder is looked for
+    with pytest.raises(FileNotFoundError, match=r"looked for models/protot-other \(committed models: none\)\. Get one"):
+        C.load_model("protot-other")
 
 
 def test_load_model_falls_back_to_a_run(tmp_path, monkeypatch):
