@@ -508,17 +508,45 @@ def drop_pct(p0: np.ndarray, p1: np.ndarray) -> float:
 def mask_scan(model, contexts: torch.Tensor, target: int, candidates: list[tuple[int, int]], *,
               batch_size: int = 16, progress: bool = False) -> pd.DataFrame:
     """Drop of mean p(target) on ``contexts`` (%) when each (layer, prototype) of ``candidates`` is
-    masked (both gates), one at a time. Columns layer, prototype, p_mean, drop_pct; largest drop first."""
+    masked (both gates), one at a time. Columns layer, prototype, p_mean, drop_pct; largest drop first.
+
+    A mask in layer l leaves the layers below it unchanged, so each masked pass starts from the
+    intact run's input to layer l (kept once per batch) and runs only layers l.. and the head: the
+    same operations on the same inputs as a full forward (``test_mask_scan_reuses_the_prefix``)."""
     from tqdm.auto import tqdm
 
-    p0 = target_probs(model, contexts, target, batch_size)
-    rows = []
-    for layer, k in tqdm(candidates, desc="mask scan", leave=False, disable=not progress):
-        with edited(model, Edit("mask", layer, k)):
-            p = target_probs(model, contexts, target, batch_size)
-        rows.append({"layer": int(layer), "prototype": int(k), "p_mean": float(p.mean()), "drop_pct": drop_pct(p0, p)})
+    was_training = model.training
+    model.eval()
+    dev = next(model.parameters()).device
+    try:
+        with torch.no_grad():
+            batches = [contexts[a : a + batch_size].to(dev) for a in range(0, contexts.shape[0], batch_size)]
+            # hidden_states[l]: the input to layer l (the embeddings for l = 0)
+            hidden = [model(b, use_cache=False, output_hidden_states=True, logits_to_keep=1) for b in batches]
+            p0 = np.concatenate([_p_last(model, h.logits, target) for h in hidden]) if batches else np.zeros(0)
+            rows = []
+            for layer, k in tqdm(candidates, desc="mask scan", leave=False, disable=not progress):
+                with edited(model, Edit("mask", layer, k)):
+                    p = np.concatenate([_p_last(model, _logits_from_layer(model, h.hidden_states[layer], layer), target)
+                                        for h in hidden]) if batches else np.zeros(0)
+                rows.append({"layer": int(layer), "prototype": int(k), "p_mean": float(p.mean()),
+                             "drop_pct": drop_pct(p0, p)})
+    finally:
+        model.train(was_training)
     df = pd.DataFrame(rows)
     return df.sort_values("drop_pct", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _logits_from_layer(model, x: torch.Tensor, layer: int) -> torch.Tensor:
+    """Last-position logits of ``model`` run from ``x``, the input to ``layer``, through the rest."""
+    kwargs = model.mixer_kwargs(None)
+    for block in model.layers[layer:]:
+        x, _ = block(x, None, **kwargs)
+    return model.lm_head(model.norm(x)[:, -1:])
+
+
+def _p_last(model, logits: torch.Tensor, target: int) -> np.ndarray:
+    return torch.softmax(logits[:, -1].double(), -1)[:, target].cpu().numpy()
 
 
 def selectivity_candidates(stats: GateStats, tokenizer, word: str, n: int | None) -> list[tuple[int, int]]:

@@ -149,6 +149,25 @@ def test_ablation_noop_is_exact_and_mask_changes_output(tokenizer, women):
     assert np.isfinite([lo, hi]).all() and lo <= hi
 
 
+def test_mask_scan_reuses_the_prefix(tokenizer, women):
+    """mask_scan runs each masked pass from the intact run's input to the masked layer: it must give
+    what full forwards of the masked model give, for every layer (the first, a middle, the last)."""
+    model = _model(tokenizer.vocab_size, seed=3, num_hidden_layers=3).double()
+    ids = _ids(10, women, seed=5)[:, :12]
+    L, R = model.config.num_hidden_layers, model.config.num_prototypes
+    cand = [(l, k) for l in range(L) for k in (0, R - 1)]
+    scan = C.mask_scan(model, ids, women, cand, batch_size=4)       # batches of 4, 4 and 2 rows
+    p0 = C.target_probs(model, ids, women)
+    for row in scan.itertuples():
+        with C.edited(model, C.Edit("mask", row.layer, row.prototype)):
+            p = C.target_probs(model, ids, women)
+        assert row.p_mean == pytest.approx(float(p.mean()), rel=1e-12, abs=0), (row.layer, row.prototype)
+        assert row.drop_pct == pytest.approx(C.drop_pct(p0, p), rel=1e-9, abs=1e-12)
+    assert (scan.drop_pct.abs() > 1e-6).sum() >= len(cand) // 2   # the masks do change p (the check can fail)
+    assert list(scan.drop_pct) == sorted(scan.drop_pct, reverse=True)
+    assert model.training is False
+
+
 def test_windows_at(women):
     s = np.array([1, 2, women, 3, 4, 5, women, 6, women], dtype=np.uint16)
     w = C.windows_at(s, women, 2)
