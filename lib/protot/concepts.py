@@ -211,6 +211,28 @@ def collect_gates(model, ids: torch.Tensor, batch_size: int = 8) -> GateStats:
                      read=torch.cat(reads, 1).numpy(), half_life=hl, vocab_size=int(model.config.vocab_size))
 
 
+def prototype_usage(stats: GateStats, *, rare: float = 0.1) -> pd.DataFrame:
+    """How many prototypes each layer uses over the sample, per gate. One row per (layer, gate):
+    ``share`` of prototype k = its mean gate over all positions (the shares of a layer sum to 1);
+    ``effective`` = exp(entropy of the shares), R when the mass is spread evenly and 1 when one
+    prototype takes it all; ``rarely_used`` = prototypes whose share is below ``rare`` / R;
+    ``top_share`` and ``top_prototype`` = the largest share and its prototype."""
+    if not 0 < rare < 1:
+        raise ValueError(f"rare must lie in (0, 1), got {rare}")
+    R, rows = stats.prototypes, []
+    for kind in GATE_KINDS:
+        g = stats.gate(kind).astype(np.float64)                        # (L, N*T, R)
+        share = g.mean(axis=1)
+        share = share / share.sum(axis=1, keepdims=True)
+        for layer, s in enumerate(share):
+            nz = s[s > 0]
+            rows.append({"layer": layer, "gate": kind, "prototypes": R,
+                         "effective": float(np.exp(-(nz * np.log(nz)).sum())),
+                         "rarely_used": int((s < rare / R).sum()),
+                         "top_share": float(s.max()), "top_prototype": int(s.argmax())})
+    return pd.DataFrame(rows)
+
+
 def token_table(stats: GateStats, gate: str = "write", token_ids: np.ndarray | None = None, *,
                 next_token: bool = False):
     """(sums (L, V, R): gate mass per token type, counts (V,)); ``token_ids`` replaces the sample's

@@ -137,6 +137,21 @@ for _, row in best.iterrows():
         print("   ", c)
 
 # %% [markdown]
+# ## How many prototypes each layer uses
+# A prototype's share is its mean write (or read) gate over the sample. `effective` = exp(entropy of
+# a layer's shares): R when the layer spreads its mass evenly, 1 when one prototype takes all of it.
+# `rarely used` counts prototypes with less than a tenth of an even share. The first matched null is
+# shown beside the trained model. This is evidence about the model, recorded with the measurement,
+# and not part of the claim's check: a layer that routes nearly everything through one prototype
+# has few prototypes that can stand for anything.
+
+# %%
+usage = pd.concat([concepts.prototype_usage(stats).assign(model="trained"),
+                   concepts.prototype_usage(null_stats[0]).assign(model=f"null seed {nulls[0].seed}")])
+m.tables["prototype_usage"] = usage
+usage.pivot_table(index=["gate", "layer"], columns="model", values=["effective", "rarely_used", "top_share"]).round(2)
+
+# %% [markdown]
 # ## Which prototypes are selective for given words
 # Selectivity = mean write gate on the word / mean write gate over all positions, on validation
 # windows of 64 tokens centred on the word's occurrences.
@@ -177,6 +192,9 @@ m.note = (
     f"{100 * v['null_entropy_gap']:.1f}% (read {100 * ev['read_entropy_gap_max']:.1f}%). Most coherent: "
     + "; ".join(f"L{int(r.layer)} P{int(r.prototype)} [{r.label}] {r.coherence:.2f}" for r in best.head(4).itertuples())
     + ". Probes: " + "; ".join(f"{r.probe!r}->L{r.layer} P{r.prototype} (x{r.selectivity:.1f})" for r in probes.itertuples())
+    + ". Effective write prototypes per layer (exp entropy of the mean gates, of "
+    + f"{stats.prototypes}): "
+    + ", ".join(f"L{r.layer} {r.effective:.1f}" for r in usage[(usage.model == "trained") & (usage.gate == "write")].itertuples())
     + f". Model: {lm.description}; the paper's layer/prototype indices do not exist here.")
 verdict = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 verdict

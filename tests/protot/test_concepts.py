@@ -168,6 +168,27 @@ def test_mask_scan_reuses_the_prefix(tokenizer, women):
     assert model.training is False
 
 
+def test_prototype_usage():
+    L, N, T_, R = 3, 2, 5, 4
+    write = np.zeros((L, N, T_, R), np.float32)
+    write[0] = 1 / R                      # even: all R used
+    write[1, ..., 2] = 1.0                # one prototype takes everything
+    write[2, ..., 0] = 0.5                # two halves
+    write[2, ..., 3] = 0.5
+    read = write[::-1].copy()
+    stats = C.GateStats(ids=np.zeros((N, T_), np.int64), write=write, read=read,
+                        half_life=np.ones((L, R)), vocab_size=10)
+    u = C.prototype_usage(stats).set_index(["gate", "layer"])
+    assert u.loc[("write", 0), "effective"] == pytest.approx(R) and u.loc[("write", 0), "rarely_used"] == 0
+    assert u.loc[("write", 1), "effective"] == pytest.approx(1.0) and u.loc[("write", 1), "rarely_used"] == R - 1
+    assert u.loc[("write", 1), "top_prototype"] == 2 and u.loc[("write", 1), "top_share"] == pytest.approx(1.0)
+    assert u.loc[("write", 2), "effective"] == pytest.approx(2.0) and u.loc[("write", 2), "rarely_used"] == 2
+    assert u.loc[("read", 0), "effective"] == pytest.approx(2.0)    # read is write with the layers reversed
+    assert u.loc[("read", 2), "effective"] == pytest.approx(R)
+    with pytest.raises(ValueError, match="rare"):
+        C.prototype_usage(stats, rare=1.5)
+
+
 def test_windows_at(women):
     s = np.array([1, 2, women, 3, 4, 5, women, 6, women], dtype=np.uint16)
     w = C.windows_at(s, women, 2)
