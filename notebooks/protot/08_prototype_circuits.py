@@ -5,40 +5,19 @@
 # " women" prototype's write decision on " women" is carried mostly by the token's own embedding
 # (the check, written before measuring, is in papers/protot/claims.yaml).
 #
-# Neither paper traces *why* a token writes into a prototype. In ProtoT this can be done exactly:
-# a gate logit of layer l is linear in the token's normalised residual stream, and that stream is
-# a sum of upstream parts (the embedding, every earlier mixer's output, every earlier MLP's output).
-# Holding each token's RMSNorm scale at its forward-pass value (and folding the norm gain into the
-# gate projection, as ACC++ folds its norms), the similarity to prototype k divided by the
-# temperature splits into one term per **atom**:
-#
-# - the token's embedding;
-# - each earlier MLP output;
-# - each earlier mixer's output, split per prototype channel: y_t = alpha W_o sum_k r_{t,k} c_{t,k};
-# - where the gate's layer has the causal convolution (layers 0 and 1 here), every atom once per
-#   tap: the atoms of the 3 preceding tokens reach the gate through the convolution (`@-1`, `@-2`, ...).
-#
-# We decompose the **centred** logit (the logit minus its mean over the layer's prototypes): the
-# softmax sees only differences, so this is the *decision* to write into k rather than elsewhere.
-# `protot.circuits` holds the maths; `tests/protot/test_circuits.py` checks that the atoms sum to the
-# model's own logit to float64 rounding, for write and read gates, separate and shared keys, both
-# prefix conventions, dot and cosine similarity, and that the softmax of the sums is the model's gate.
-#
-# **The prototype** is chosen as in notebook 06 (the same library functions and settings): masked
-# one at a time on training contexts before " women", the largest drop of p(" women").
-#
 # **The claim (ours; written in `claims.yaml` before this notebook measured it):** the selected
 # prototype's decision to take " women" is *lexical*: the token's own embedding carries at least half
-# of the positive attribution of the centred write logit (mean over validation occurrences), and more
-# than at the other tokens the prototype takes (null: other tokens in random validation blocks where
-# its write gate is in its top 5%; the lower end of the bootstrap interval of the difference must be
+# of the positive attribution of the centred write logit (defined below; mean over validation
+# occurrences), and more than at the other tokens the prototype takes (null: other tokens in random
+# validation blocks where its write gate is in its top 5%; the lower end of the bootstrap interval of the difference must be
 # above 0). Preconditions: the prototype does take " women" (write selectivity >= 2), the
 # decomposition is exact on the measured tokens, and there are at least 20 occurrences.
 # An untrained ProtoT of the same configuration is measured the same way as a reference (evidence, not
 # part of the check).
 #
 # **Checked here:** at `cpu`, the committed cpu-small ProtoT (models/protot-cpu-small: the paper's
-# small backbone, 6 layers x 256, trained on 12 M tokens of our corpus) on the offline validation text; the decomposition itself is exact on any ProtoT (tested on tiny random models).
+# small backbone, 6 layers x 256, trained on 12 M tokens of our corpus) on the offline validation
+# text; the decomposition itself is exact on any ProtoT (tested on tiny random models; see below).
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
@@ -74,6 +53,31 @@ model, tok = lm.model.eval(), lm.tokenizer
 print("model:", lm.description)
 train_stream, val = packing.token_stream("train"), packing.token_stream("validation")
 tid = concepts.token_id(tok, WORD)
+
+# %% [markdown]
+# ## How a gate decision decomposes
+#
+# Neither paper traces *why* a token writes into a prototype. In ProtoT this can be done exactly:
+# a gate logit of layer l is linear in the token's normalised residual stream, and that stream is
+# a sum of upstream parts (the embedding, every earlier mixer's output, every earlier MLP's output).
+# Holding each token's RMSNorm scale at its forward-pass value (and folding the norm gain into the
+# gate projection, as ACC++ folds its norms), the similarity to prototype k divided by the
+# temperature splits into one term per **atom**:
+#
+# - the token's embedding;
+# - each earlier MLP output;
+# - each earlier mixer's output, split per prototype channel: y_t = alpha W_o sum_k r_{t,k} c_{t,k};
+# - where the gate's layer has the causal convolution (layers 0 and 1 here), every atom once per
+#   tap: the atoms of the 3 preceding tokens reach the gate through the convolution (`@-1`, `@-2`, ...).
+#
+# We decompose the **centred** logit (the logit minus its mean over the layer's prototypes): the
+# softmax sees only differences, so this is the *decision* to write into k rather than elsewhere.
+# `protot.circuits` holds the maths; `tests/protot/test_circuits.py` checks that the atoms sum to the
+# model's own logit to float64 rounding, for write and read gates, separate and shared keys, both
+# prefix conventions, dot and cosine similarity, and that the softmax of the sums is the model's gate.
+#
+# **The prototype** is chosen as in notebook 06 (the same library functions and settings): masked
+# one at a time on training contexts before " women", the largest drop of p(" women").
 
 # %% [markdown]
 # ## The prototype: notebook 06's rule
