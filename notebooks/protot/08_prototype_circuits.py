@@ -9,9 +9,10 @@
 # prototype's decision to take " women" is *lexical*: the token's own embedding carries at least half
 # of the positive attribution of the centred write logit (defined below; mean over validation
 # occurrences), and more than at the other tokens the prototype takes (null: other tokens in random
-# validation blocks where its write gate is in its top 5%; the lower end of the bootstrap interval of the difference must be
-# above 0). Preconditions: the prototype does take " women" (write selectivity >= 2), the
-# decomposition is exact on the measured tokens, and there are at least 20 occurrences.
+# validation blocks where its write gate is in its top 5%; the lower end of the bootstrap interval
+# of the difference must be above 0). Preconditions: the prototype does take " women" (write
+# selectivity >= 2), the decomposition is exact on the measured tokens, and there are at least 20
+# occurrences.
 # An untrained ProtoT of the same configuration is measured the same way as a reference (evidence, not
 # part of the check).
 #
