@@ -468,11 +468,11 @@ def target_probs(model, contexts: torch.Tensor, target: int, batch_size: int = 1
     out = []
     try:
         for a in range(0, contexts.shape[0], batch_size):
-            logits = model(contexts[a : a + batch_size].to(dev), use_cache=False, logits_to_keep=1).logits[:, -1].double()
-            out.append(torch.softmax(logits, -1)[:, target].cpu())
+            logits = model(contexts[a : a + batch_size].to(dev), use_cache=False, logits_to_keep=1).logits
+            out.append(_p_last(logits, target))
     finally:
         model.train(was_training)
-    return torch.cat(out).numpy() if out else np.zeros(0)
+    return np.concatenate(out) if out else np.zeros(0)
 
 
 def perplexity(model, stream: np.ndarray, context: int, max_blocks: int, batch_size: int = 16) -> float:
@@ -545,11 +545,11 @@ def mask_scan(model, contexts: torch.Tensor, target: int, candidates: list[tuple
             batches = [contexts[a : a + batch_size].to(dev) for a in range(0, contexts.shape[0], batch_size)]
             # hidden_states[l]: the input to layer l (the embeddings for l = 0)
             hidden = [model(b, use_cache=False, output_hidden_states=True, logits_to_keep=1) for b in batches]
-            p0 = np.concatenate([_p_last(model, h.logits, target) for h in hidden]) if batches else np.zeros(0)
+            p0 = np.concatenate([_p_last(h.logits, target) for h in hidden]) if batches else np.zeros(0)
             rows = []
             for layer, k in tqdm(candidates, desc="mask scan", leave=False, disable=not progress):
                 with edited(model, Edit("mask", layer, k)):
-                    p = np.concatenate([_p_last(model, _logits_from_layer(model, h.hidden_states[layer], layer), target)
+                    p = np.concatenate([_p_last(_logits_from_layer(model, h.hidden_states[layer], layer), target)
                                         for h in hidden]) if batches else np.zeros(0)
                 rows.append({"layer": int(layer), "prototype": int(k), "p_mean": float(p.mean()),
                              "drop_pct": drop_pct(p0, p)})
@@ -567,7 +567,8 @@ def _logits_from_layer(model, x: torch.Tensor, layer: int) -> torch.Tensor:
     return model.lm_head(model.norm(x)[:, -1:])
 
 
-def _p_last(model, logits: torch.Tensor, target: int) -> np.ndarray:
+def _p_last(logits: torch.Tensor, target: int) -> np.ndarray:
+    """(B,) p(target) at the last position of (B, T, vocab) logits, float64."""
     return torch.softmax(logits[:, -1].double(), -1)[:, target].cpu().numpy()
 
 
