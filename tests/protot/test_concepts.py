@@ -305,6 +305,11 @@ def test_measure_women_ablation(tokenizer, women):
         assert set(claim.quantities) <= set(meas.values)
         status, *_ = claims.evaluate(claim, meas.values, "cpu")
         assert status in claims.VERDICTS
+    # this untrained model fails the check itself too, not only its power precondition: with the
+    # precondition forced to pass, the full scan's best prototype (chosen on training text) still
+    # does not lower p(women) on validation text by the registered margin
+    powered = {**a.values, "context_effect_nats": 1.0}
+    assert claims.evaluate(claims.get_claim(a.claim), powered, "cpu")[0] == claims.DOES_NOT_HOLD
     # a model that ignores context fails the power precondition: inconclusive, naming it
     no_ctx = {**a.values, "context_effect_nats": 0.0}
     status, _, pre, reason = claims.evaluate(claims.get_claim(a.claim), no_ctx, "cpu")
