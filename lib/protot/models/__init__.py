@@ -18,7 +18,8 @@ from protot.models.common import BaseCausalLM, BaseLMConfig, RecurrentCache
 from protot.models.deltanet import DeltaNetBaselineConfig, DeltaNetBaselineForCausalLM
 from protot.models.llama import LlamaBaselineConfig, LlamaBaselineForCausalLM
 from protot.models.mamba import MambaBaselineConfig, MambaBaselineForCausalLM
-from protot.models.protot import ProtoMixer, ProtoTConfig, ProtoTForCausalLM
+from protot.models.protot import COMPENDIUM_V1, VARIANTS, ProtoMixer, ProtoTConfig, ProtoTForCausalLM, authors_ffn_width
+from protot.models.protot_authors import AuthorsProtoMixer
 
 ARCHS = {
     "protot": (ProtoTConfig, ProtoTForCausalLM),
@@ -70,8 +71,39 @@ def make_config(arch: str, size: str, vocab_size: int, **overrides) -> BaseLMCon
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; valid: {list(SIZES)}")
     cfg_cls, _ = ARCHS[arch]
-    kwargs = {**SIZES[size], **FAMILY_SIZES[arch][size], "vocab_size": vocab_size, **overrides}
-    return cfg_cls(**kwargs)
+    base = {**SIZES[size], **FAMILY_SIZES[arch][size]}
+    if arch == "protot":
+        if overrides.get("variant", "authors") == "compendium-v1":
+            base.update({k: v for k, v in COMPENDIUM_V1.items() if k != "intermediate_size"})
+        else:
+            base["intermediate_size"] = authors_ffn_width(overrides.get("hidden_size", base["hidden_size"]))
+    return cfg_cls(**{**base, "vocab_size": vocab_size, **overrides})
+
+
+def legacy_config_dict(arch: str, config: dict) -> dict:
+    """A stored model config (config.json, a manifest's model_config) completed with the values its
+    model was built with for fields added later: a ProtoT config without ``variant`` is
+    "compendium-v1" (with no dropout and the N(0, 0.02) initialisation); other families without
+    ``dropout`` / ``init_scheme`` had none / "normal"."""
+    d = dict(config)
+    if arch == "protot" and "variant" not in d:
+        d.update({k: d.get(k, v) for k, v in COMPENDIUM_V1.items() if k not in d or k == "variant"})
+        d["variant"] = "compendium-v1"
+    d.setdefault("dropout", 0.0)
+    d.setdefault("init_scheme", "normal")
+    return d
+
+
+def config_from_dict(arch: str, config: dict) -> BaseLMConfig:
+    """The model config stored as ``config`` (e.g. a manifest's model_config), exactly: every field it
+    holds, with ``legacy_config_dict`` filling fields added after it was written."""
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}; valid: {sorted(ARCHS)}")
+    cls = ARCHS[arch][0]
+    d = legacy_config_dict(arch, config)
+    for k in ("architectures", "transformers_version", "_name_or_path", "model_type"):
+        d.pop(k, None)
+    return cls(**d)
 
 
 def _non_embedding_on_meta(arch, config) -> int:
@@ -132,7 +164,8 @@ _register()
 
 __all__ = [
     "ARCHS", "SIZES", "build_model", "count_parameters", "make_config", "matched_intermediate_size",
-    "RecurrentCache", "BaseCausalLM", "ProtoTConfig", "ProtoTForCausalLM", "ProtoMixer",
+    "RecurrentCache", "BaseCausalLM", "ProtoTConfig", "ProtoTForCausalLM", "ProtoMixer", "AuthorsProtoMixer",
+    "VARIANTS", "COMPENDIUM_V1", "authors_ffn_width", "legacy_config_dict", "config_from_dict",
     "LlamaBaselineConfig", "LlamaBaselineForCausalLM", "DeltaNetBaselineConfig",
     "DeltaNetBaselineForCausalLM", "MambaBaselineConfig", "MambaBaselineForCausalLM",
 ]

@@ -23,6 +23,9 @@ from protot.models.loss import linear_cross_entropy
 # ---------------------------------------------------------------------------------------------
 # Config base: the fields every family shares, validated at construction
 # ---------------------------------------------------------------------------------------------
+INIT_SCHEMES = ("normal", "torch-default")
+
+
 def _require(cond: bool, field: str, msg: str):
     if not cond:
         raise ValueError(f"invalid config field `{field}`: {msg}")
@@ -36,10 +39,16 @@ class BaseLMConfig(PreTrainedConfig):
     num_hidden_layers: int = 6          # L
     intermediate_size: int = 704        # SwiGLU width; ~ 8/3 d rounded (size-matched per family in build_model)
     max_position_embeddings: int = 256  # training context (RoPE needs none; only informative elsewhere)
-    rms_norm_eps: float = 1e-6
+    rms_norm_eps: float | None = 1e-6   # None: the input dtype's machine epsilon (torch.nn.RMSNorm's default)
     initializer_range: float = 0.02
     tie_word_embeddings: bool = True    # small models: tie input and output embeddings
     use_cache: bool = True
+    #: dropout on the embeddings, on both residual branches and inside the SwiGLU (before its output
+    #: projection); active in training mode only
+    dropout: float = 0.0
+    #: "normal": every Linear, embedding and head N(0, initializer_range); "torch-default": embedding
+    #: and untied head N(0, initializer_range), every Linear keeps PyTorch's default initialisation
+    init_scheme: str = "normal"
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -50,33 +59,45 @@ class BaseLMConfig(PreTrainedConfig):
         _require(self.hidden_size >= 1, "hidden_size", f"must be >= 1, got {self.hidden_size}")
         _require(self.num_hidden_layers >= 1, "num_hidden_layers", f"must be >= 1, got {self.num_hidden_layers}")
         _require(self.intermediate_size >= 1, "intermediate_size", f"must be >= 1, got {self.intermediate_size}")
-        _require(self.rms_norm_eps > 0, "rms_norm_eps", f"must be > 0, got {self.rms_norm_eps}")
+        _require(self.rms_norm_eps is None or self.rms_norm_eps > 0, "rms_norm_eps",
+                 f"must be > 0 or None (the dtype's machine epsilon), got {self.rms_norm_eps}")
+        _require(isinstance(self.dropout, (int, float)) and 0.0 <= self.dropout < 1.0, "dropout",
+                 f"must lie in [0, 1), got {self.dropout!r}")
+        _require(self.init_scheme in INIT_SCHEMES, "init_scheme",
+                 f"must be one of {INIT_SCHEMES}, got {self.init_scheme!r}")
 
 
 # ---------------------------------------------------------------------------------------------
 # Layers
 # ---------------------------------------------------------------------------------------------
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-6):
+    """x / sqrt(mean(x^2) + eps) * weight; ``eps=None``: the input dtype's machine epsilon (as
+    torch.nn.RMSNorm). 16-bit inputs are normalised in float32."""
+
+    def __init__(self, dim: int, eps: float | None = 1e-6):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
+        eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps
         xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
         return xf.to(x.dtype) * self.weight
 
 
 class SwiGLU(nn.Module):
-    def __init__(self, d: int, hidden: int):
+    """down(silu(gate(x)) * up(x)), with dropout (training only) before ``down``."""
+
+    def __init__(self, d: int, hidden: int, dropout: float = 0.0):
         super().__init__()
         self.gate_proj = nn.Linear(d, hidden, bias=False)
         self.up_proj = nn.Linear(d, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, d, bias=False)
+        self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(self.drop(F.silu(self.gate_proj(x)) * self.up_proj(x)))
 
 
 class ShortConv(nn.Module):
@@ -104,19 +125,22 @@ class ShortConv(nn.Module):
 
 
 class Block(nn.Module):
-    """x <- x + mixer(norm(x)); x <- x + ffn(norm(x))."""
+    """x <- x + drop(mixer(norm(x))); x <- x + drop(ffn(norm(x))) (dropout in training only)."""
 
     def __init__(self, config: BaseLMConfig, mixer: nn.Module):
         super().__init__()
+        p = config.dropout
         self.mixer_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mixer = mixer
         self.ffn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.ffn = SwiGLU(config.hidden_size, config.intermediate_size)
+        self.ffn = SwiGLU(config.hidden_size, config.intermediate_size, p)
+        self.mixer_drop = nn.Dropout(p) if p > 0 else nn.Identity()
+        self.ffn_drop = nn.Dropout(p) if p > 0 else nn.Identity()
 
     def forward(self, x, layer_cache=None, **mixer_kwargs):
         y, aux = self.mixer(self.mixer_norm(x), layer_cache, **mixer_kwargs)
-        x = x + y
-        x = x + self.ffn(self.ffn_norm(x))
+        x = x + self.mixer_drop(y)
+        x = x + self.ffn_drop(self.ffn(self.ffn_norm(x)))
         return x, aux
 
 
@@ -218,6 +242,7 @@ class BaseCausalLM(PreTrainedModel, GenerationMixin):
         super().__init__(config)
         d = config.hidden_size
         self.embed_tokens = nn.Embedding(config.vocab_size, d)
+        self.embed_drop = nn.Dropout(config.dropout) if config.dropout > 0 else nn.Identity()
         self.layers = nn.ModuleList(
             [Block(config, self.make_mixer(config, l)) for l in range(config.num_hidden_layers)])
         self.norm = RMSNorm(d, config.rms_norm_eps)
@@ -251,7 +276,10 @@ class BaseCausalLM(PreTrainedModel, GenerationMixin):
     @torch.no_grad()
     def _init_weights(self, module):
         std = self.config.initializer_range
-        if isinstance(module, nn.Linear):
+        if isinstance(module, nn.Linear) and self.config.init_scheme == "torch-default" \
+                and module is not self.get_output_embeddings():
+            module.reset_parameters()                                   # PyTorch's default
+        elif isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
@@ -305,6 +333,7 @@ class BaseCausalLM(PreTrainedModel, GenerationMixin):
         if not use_cache:
             cache = None
         x = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds   # (B, T, d)
+        x = self.embed_drop(x)
         T = x.shape[1]
         hidden = [x] if output_hidden_states else None
         auxes = []

@@ -1,6 +1,15 @@
 """ProtoT: the LLaMA-style backbone with attention replaced by the prototype mixer.
 
-Equations (working specification, not quotations; see ``protot.mixer`` for the derivation):
+Two variants (``ProtoTConfig.variant``):
+- "authors" (default): the model of the authors' public code (commit 4262fc2), mixer in
+  ``protot.models.protot_authors`` and maths in ``protot.mixer_authors``; untied head, dropout 0.1,
+  RMSNorm with the dtype's machine epsilon, PyTorch's default initialisation of every Linear,
+  SwiGLU width floor(2.7 C) rounded down to a multiple of 16.
+- "compendium-v1": our earlier reconstruction from the paper's text (the models committed before
+  the authors' code was public were trained with it), documented below; kept for an ablation and
+  for loading those models (``protot.models.legacy_config_dict``).
+
+Equations of "compendium-v1" (working specification, not quotations; see ``protot.mixer`` for the derivation):
     w_t = softmax(sim(W_w x_t, P) / tau_w)      r_t = softmax(sim(W_r x_t, P) / tau_r)     (R,)
       (shared_keys: one key a_t = W_k x_t for both gates, w_t = softmax(sim(a_t, P) / tau_w),
        r_t = softmax(sim(a_t, P) / tau_r))
@@ -24,11 +33,47 @@ from protot.mixer import (
     SIMILARITIES, decay_cumsum, gate, gate_logits, half_life_to_log_decay, log_decay_from_param,
     log_decay_to_half_life, param_from_log_decay, read_query,
 )
+from protot.mixer_authors import DECAY_ARITHMETIC
 from protot.models.common import BaseCausalLM, BaseLMConfig, ProtoTCausalLMOutput, ShortConv, _require
+from protot.models.protot_authors import AuthorsProtoMixer
+
+VARIANTS = ("authors", "compendium-v1")
+
+
+def authors_ffn_width(hidden_size: int) -> int:
+    """The authors' SwiGLU width: floor(2.7 C) rounded down to a multiple of 16 (C = 256: 688)."""
+    return max(16, (int(2.7 * hidden_size) // 16) * 16)
+
+
+#: The fields "compendium-v1" was built with where they differ from the authors' defaults (the
+#: class defaults below): make_config applies them beneath explicit overrides.
+COMPENDIUM_V1 = dict(variant="compendium-v1", tie_word_embeddings=True, rms_norm_eps=1e-6, dropout=0.0,
+                     init_scheme="normal", alpha_init=0.1, intermediate_size=704)
 
 
 class ProtoTConfig(BaseLMConfig):
-    r"""ProtoT configuration. Every choice the paper leaves open is a field here.
+    r"""ProtoT configuration. The class defaults are the authors' model ("authors"); fields marked
+    [v1] act in "compendium-v1" only, fields marked [authors] in "authors" only.
+
+    variant: "authors" or "compendium-v1" (see the module docstring).
+    [authors] num_heads (H): heads per mixer, each with R / H hubs, its own W_v, U, alpha and
+        temperatures; outputs summed / sqrt(H). Their LM uses 1.
+    [authors] shared_routing_layers: layers below this index read with the write routing (their LM: 1,
+        layer 0 only); the others read through their own C x C projection W_r.
+    [authors] shared_routing_temperature: the initial write temperature of those layers (3.0);
+        write_temperature / read_temperature are the initial (learned) temperatures elsewhere (1.0).
+    [authors] decay_init: every hub's initial beta (0.9).
+    [authors] value_conv_size / value_conv_layers: the depthwise causal convolution on the values,
+        v <- v / 2 + conv(v) / 2, kernel 5, in layers 0 and 1.
+    [authors] decay_arithmetic: "exact" (the equation, any of the op's forms, cached decoding) or
+        "authors-float32" (their beta^t cumsum(. / (beta^s + 1e-12)) arithmetic in float32; whole
+        sequences only).
+    [authors] mass_floor: the read divides by max(n, mass_floor) (1e-6).
+    dropout, init_scheme, tie_word_embeddings, rms_norm_eps, intermediate_size: the backbone's
+        (protot.models.common); the authors' values are the defaults here.
+
+    The fields below describe "compendium-v1" (the earlier reconstruction; every choice the paper
+    left open is a field):
 
     num_prototypes (R): prototypes (= channels) per layer. Paper: labels up to P31, so R >= 32 in
         the large model; the exact R per setting is unknown. Default 32.
@@ -77,6 +122,21 @@ class ProtoTConfig(BaseLMConfig):
 
     model_type = "protot"
 
+    variant: str = "authors"
+    num_heads: int = 1
+    shared_routing_layers: int = 1
+    shared_routing_temperature: float = 3.0
+    decay_init: float = 0.9
+    value_conv_size: int = 5
+    value_conv_layers: int = 2
+    decay_arithmetic: str = "exact"
+    mass_floor: float = 1e-6
+    # the authors' backbone (the base class defaults are compendium-v1's)
+    tie_word_embeddings: bool = False
+    rms_norm_eps: float | None = None
+    dropout: float = 0.1
+    init_scheme: str = "torch-default"
+    intermediate_size: int = 688
     num_prototypes: int = 32
     proto_dim: int | None = None
     shared_keys: bool = False
@@ -91,7 +151,7 @@ class ProtoTConfig(BaseLMConfig):
     normalization: str = "write_mass"
     norm_eps: float = 1e-6
     include_current: bool = True
-    alpha_init: float = 0.1
+    alpha_init: float = 1.0
     conv_size: int = 4
     conv_layers: int = 2
     mixer_form: str = "chunk"
@@ -101,7 +161,19 @@ class ProtoTConfig(BaseLMConfig):
     def validate_fields(self):
         super().validate_fields()
         R = self.num_prototypes
+        _require(self.variant in VARIANTS, "variant", f"must be one of {VARIANTS}, got {self.variant!r}")
         _require(isinstance(R, int) and R >= 1, "num_prototypes", f"R must be an int >= 1, got {R!r}")
+        _require(isinstance(self.num_heads, int) and self.num_heads >= 1 and R % self.num_heads == 0,
+                 "num_heads", f"must be an int >= 1 dividing num_prototypes ({R}), got {self.num_heads!r}")
+        _require(self.shared_routing_layers >= 0, "shared_routing_layers",
+                 f"must be >= 0, got {self.shared_routing_layers}")
+        _require(self.shared_routing_temperature != 0, "shared_routing_temperature", "must be non-zero")
+        _require(0.0 < self.decay_init < 1.0, "decay_init", f"must lie in (0, 1), got {self.decay_init}")
+        _require(self.value_conv_size >= 1, "value_conv_size", f"must be >= 1, got {self.value_conv_size}")
+        _require(self.value_conv_layers >= 0, "value_conv_layers", f"must be >= 0, got {self.value_conv_layers}")
+        _require(self.decay_arithmetic in DECAY_ARITHMETIC, "decay_arithmetic",
+                 f"must be one of {DECAY_ARITHMETIC}, got {self.decay_arithmetic!r}")
+        _require(self.mass_floor > 0, "mass_floor", f"must be > 0, got {self.mass_floor}")
         _require(self.proto_dim is None or self.proto_dim >= 1, "proto_dim", f"must be >= 1, got {self.proto_dim}")
         _require(self.value_dim is None or self.value_dim >= 1, "value_dim", f"must be >= 1, got {self.value_dim}")
         _require(self.write_temperature > 0, "write_temperature", f"must be > 0, got {self.write_temperature}")
@@ -273,10 +345,12 @@ class ProtoTForCausalLM(BaseCausalLM):
     config_class = ProtoTConfig
 
     def make_mixer(self, config, layer_idx):
+        if config.variant == "authors":
+            return AuthorsProtoMixer(config, layer_idx)
         return ProtoMixer(config, layer_idx)
 
     def init_mixer_weights(self, module):
-        if isinstance(module, ProtoMixer):
+        if isinstance(module, (ProtoMixer, AuthorsProtoMixer)):
             module.reset_mixer_parameters()
 
     def mixer_kwargs(self, cache, output_gates: bool = False, **kwargs):
@@ -288,7 +362,7 @@ class ProtoTForCausalLM(BaseCausalLM):
                                     gates=tuple(auxes) if output_gates else None)
 
     # -- interpretability accessors ---------------------------------------------------------------
-    def mixers(self) -> list[ProtoMixer]:
+    def mixers(self) -> list[ProtoMixer | AuthorsProtoMixer]:
         return [block.mixer for block in self.layers]
 
     def half_lives(self) -> torch.Tensor:

@@ -5,6 +5,7 @@
 | smoke        | tiny (2 layers, 128 hidden)| 128     | 8            | 0.2 M       | CPU, about a minute  |
 | cpu-hour     | 4 layers, 256 hidden       | 256     | 8            | 2.0 M       | 1 CPU core, ~an hour |
 | cpu-small    | small (6 layers, 256)      | 256     | 16           | 12.0 M      | 1 CPU core, ~2-3 h * |
+| authors-small| small, the authors' recipe | 256     | 32           | 12.0 M      | 1 CPU core, hours    |
 | paper-small  | small (6 layers, 256)      | 256     | 128          | 250 M       | GPU (paper's small)  |
 | paper-large  | large (12 layers, 512)     | 256     | 128          | 1 B         | GPU (paper's large)  |
 
@@ -36,8 +37,29 @@ _BOUNDS = (
     ("keep_checkpoints", 1, None, int),
     ("lr", (0.0, "open"), None, float), ("min_lr_ratio", 0.0, 1.0, float), ("weight_decay", 0.0, None, float),
     ("beta1", 0.0, (1.0, "open"), float), ("beta2", 0.0, (1.0, "open"), float),
-    ("grad_clip", (0.0, "open"), None, float),
+    ("grad_clip", 0.0, None, float),
 )
+#: Training recipes: "compendium" (our earlier one: AdamW 2e-3, betas (0.9, 0.95), clipping at 1,
+#: warm-up + cosine, the model families' own defaults) and "authors" (the ProtoT authors' run_clm.py
+#: at commit 4262fc2: AdamW 6e-4, default betas, weight decay 0.1 on matrices but not prototypes or
+#: decays, no clipping, batch 32 x 256, constant rate, seed 4257, and every architecture built with
+#: their backbone: dropout 0.1, untied head, RMSNorm eps = the dtype's machine epsilon, PyTorch's
+#: default initialisation of each Linear; ``recipe_model_overrides``).
+RECIPES = ("compendium", "authors")
+#: "cosine": linear warm-up over warmup_steps, then cosine to min_lr_ratio * lr; "constant": the
+#: warm-up, then lr throughout (the authors' default).
+SCHEDULES = ("cosine", "constant")
+
+
+def recipe_model_overrides(recipe: str, arch: str) -> dict:
+    """Model config fields a recipe sets for ``arch`` (beneath a run's own model_overrides)."""
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r}; valid: {', '.join(RECIPES)}")
+    if recipe == "compendium" or arch == "hf-llama":
+        return {}
+    if arch == "protot":
+        return {"variant": "authors"}      # the authors' backbone is ProtoTConfig's default
+    return {"dropout": 0.1, "tie_word_embeddings": False, "rms_norm_eps": None, "init_scheme": "torch-default"}
 
 
 def _check_field(name: str, value, low, high, kind) -> None:
@@ -79,7 +101,10 @@ class TrainConfig:
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
+    #: clip the gradient norm at this value; 0 turns clipping off (the norm is still logged)
     grad_clip: float = 1.0
+    recipe: str = "compendium"
+    schedule: str = "cosine"
     seed: int = 0
     lang: str = "en"
     #: "corpus" (the offline corpus in data/) or "fineweb-edu" (streamed from the Hub; online only).
@@ -98,6 +123,10 @@ class TrainConfig:
             raise ValueError(f"unknown arch {self.arch!r}; valid: {', '.join(ARCHS)}")
         if self.size not in SIZES:
             raise ValueError(f"unknown model size {self.size!r}; valid: {', '.join(SIZES)}")
+        if self.recipe not in RECIPES:
+            raise ValueError(f"unknown recipe {self.recipe!r}; valid: {', '.join(RECIPES)}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r}; valid: {', '.join(SCHEDULES)}")
         for name, low, high, kind in _BOUNDS:
             _check_field(name, getattr(self, name), low, high, kind)
         if self.batch_size % self.grad_accum:
@@ -138,8 +167,10 @@ class TrainConfig:
         d = self.to_dict()
         for k in self.RESUMABLE_CHANGES:
             d.pop(k)
-        if d["data"] == "corpus":  # added after the first checkpoints were written; default omitted
-            d.pop("data")
+        # fields added after the first checkpoints were written: omitted at their defaults
+        for name, default in (("data", "corpus"), ("recipe", "compendium"), ("schedule", "cosine")):
+            if d[name] == default:
+                d.pop(name)
         return json.loads(json.dumps(d))
 
     def replace(self, **changes) -> "TrainConfig":
@@ -161,6 +192,13 @@ PROFILES: dict[str, TrainConfig] = {
     # One model per core, in the background, over several sessions (~4-5 core-hours each).
     "cpu-small": TrainConfig(size="small", context=256, batch_size=16, tokens=2930 * 16 * 256,
                              lr=2e-3, warmup_steps=100, eval_every=250, eval_blocks=64, ckpt_every=25),
+    # The paper's small backbone with the authors' recipe (run_clm.py at 4262fc2): batch 32 x 256,
+    # AdamW 6e-4, betas (0.9, 0.999), no clipping, constant rate, seed 4257, dropout 0.1, untied head.
+    # 1,465 steps = 12.0 M tokens, the same budget as cpu-small; one model per core, in the background.
+    "authors-small": TrainConfig(size="small", context=256, batch_size=32, tokens=1465 * 32 * 256,
+                                 lr=6e-4, warmup_steps=0, beta2=0.999, weight_decay=0.1, grad_clip=0.0,
+                                 recipe="authors", schedule="constant", seed=4257,
+                                 eval_every=100, eval_blocks=64, ckpt_every=10),
     # Paper small: 6 layers / 256 hidden / context 256 / 250 M tokens (confirmed). Batch and lr: ours.
     "paper-small": TrainConfig(size="small", context=256, batch_size=128, tokens=250_000_000,
                                lr=1.5e-3, warmup_steps=300, eval_every=500, eval_blocks=256, ckpt_every=500),

@@ -208,7 +208,7 @@ def train_one(cfg, train_blocks: torch.Tensor, val_blocks: torch.Tensor, vocab_s
                 part = model(input_ids=x, labels=x, use_cache=False, return_logits=False).loss / cfg.grad_accum
             part.backward()
             loss += part.detach()
-        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or float("inf"))
         opt.step()
         opt.zero_grad(set_to_none=True)
         if step == 0:

@@ -105,7 +105,14 @@ def _load_folder(folder: Path, m: dict, label: str):
     if _sha256(weights) != m["weights_sha256"]:
         raise checkpoint.CorruptCheckpointError(f"{weights} does not match the sha256 in its MANIFEST.json")
     cfg = TrainConfig.from_dict(m["train_config"])
-    model = _model_from(cfg, m["model_config"]["vocab_size"])
+    if cfg.arch in ("protot", "llama", "deltanet", "mamba"):
+        # exactly the stored config (fields added since are filled with the values the model was
+        # built with: protot.models.legacy_config_dict), not re-derived from today's defaults
+        from protot.models import ARCHS as MODEL_ARCHS, config_from_dict
+
+        model = MODEL_ARCHS[cfg.arch][1](config_from_dict(cfg.arch, m["model_config"]))
+    else:
+        model = _model_from(cfg, m["model_config"]["vocab_size"])
     try:
         load_model(model, str(weights), strict=True)
     except RuntimeError as e:

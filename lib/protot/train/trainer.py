@@ -105,11 +105,11 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
     does not depend on protot.models); the four paper architectures come from protot.models.
     Overrides that name no field of the model config (or have the wrong type) raise ValueError.
     """
-    from protot.train.config import check_model_overrides
+    from protot.train.config import check_model_overrides, recipe_model_overrides
 
     check_model_overrides(cfg.arch, cfg.model_overrides)
     torch.manual_seed(cfg.seed)
-    overrides = dict(cfg.model_overrides)
+    overrides = {**recipe_model_overrides(cfg.recipe, cfg.arch), **dict(cfg.model_overrides)}
     overrides.setdefault("max_position_embeddings", cfg.context)
     if cfg.arch == "hf-llama":
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -123,13 +123,16 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
 
 
 def lr_at(cfg: TrainConfig, step: int, rewarm: tuple[int, int] | None = None) -> float:
-    """Learning rate of optimiser step ``step`` (0-based): linear warm-up, cosine to min_lr_ratio * lr.
+    """Learning rate of optimiser step ``step`` (0-based): linear warm-up, then cosine to
+    min_lr_ratio * lr (``schedule="cosine"``) or lr throughout (``schedule="constant"``).
 
     ``rewarm = (start, n)``: the run continued from a snapshot at step ``start`` with a fresh
     optimiser; the scheduled rate is ramped linearly over steps start .. start + n - 1.
     """
     if step < cfg.warmup_steps:
         lr = cfg.lr * (step + 1) / cfg.warmup_steps
+    elif cfg.schedule == "constant":
+        lr = cfg.lr
     else:
         progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
         floor = cfg.lr * cfg.min_lr_ratio
@@ -203,13 +206,14 @@ def load_snapshot(snapshot: str | Path, model: torch.nn.Module, cfg: TrainConfig
 
 
 def make_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.AdamW:
-    """AdamW; weight decay on matrices only (not on norms, biases, gates, decays, embeddings' scale)."""
+    """AdamW; weight decay on matrices only (not on norms, biases, gates, nor on parameters marked
+    ``_no_weight_decay``: the authors' mixer marks its prototypes and decays)."""
     decay, no_decay, seen = [], [], set()
     for _, p in model.named_parameters():
         if not p.requires_grad or id(p) in seen:
             continue
         seen.add(id(p))
-        (decay if p.dim() >= 2 else no_decay).append(p)
+        (decay if p.dim() >= 2 and not getattr(p, "_no_weight_decay", False) else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), foreach=False)
 
@@ -402,7 +406,8 @@ def train(cfg: TrainConfig, out: str | Path, *, resume: bool = False, device: st
                     loss = net(input_ids=x, labels=x, return_logits=False).loss   # fused loss, no logits
                 (loss / cfg.grad_accum).backward()
             loss_sum += loss.detach().float()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        # grad_clip 0: no clipping (the authors' recipe), the norm is still measured and logged
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or float("inf"))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step_loss = loss_sum / cfg.grad_accum
