@@ -1,6 +1,8 @@
 """Golden numbers from running the authors' ProtoT mixer (tests/protot/golden, README there).
 
     cases()                        the case names (case00 .. case08)
+    compare(forms)                 our mixer against every case, per form (and token-by-token decoding)
+    decay_arithmetic_gap(model, ids)  exact vs "authors-float32" decay arithmetic on a whole model
     load_case(case, **changes)     (AuthorsProtoMixer in float64 with the case's parameters loaded
                                     through the documented name map, its arrays, its JSON, the names
                                     of the authors' parameters this layer does not use)
@@ -18,7 +20,7 @@ import torch
 
 from compendium import paths
 
-__all__ = ["golden_dir", "cases", "load_case"]
+__all__ = ["golden_dir", "cases", "load_case", "compare", "decay_arithmetic_gap"]
 
 
 def golden_dir() -> Path:
@@ -49,3 +51,64 @@ def load_case(case: str, **config_changes):
     state = {k[len("param."):]: torch.from_numpy(v) for k, v in arrays.items() if k.startswith("param.")}
     unused = load_authors_state(mixer, state)
     return mixer, arrays, meta, unused
+
+
+def compare(forms=("chunk", "recurrent", "quadratic"), decoding: bool = True) -> list[dict]:
+    """One row per (case, form): the largest |y - y_golden| of our mixer with the case's parameters,
+    and of its write and read routing. Case 08 is computed with decay_arithmetic="authors-float32"
+    (its "arithmetic" column says which) and, as a second row, with the exact equation.
+    ``decoding``: add a "decoding" form (token by token with the cache; exact arithmetic only)."""
+    rows = []
+    for case in cases():
+        arithmetic = ["authors-float32", "exact"] if case.startswith("case08") else ["exact"]
+        for arith in arithmetic:
+            mixer, a, meta, _ = load_case(case, decay_arithmetic=arith)
+            x, gold = torch.from_numpy(a["x"]), torch.from_numpy(a["y"])
+            B, S, H, r = a["routing_Pi"].shape
+            for form in list(forms) + (["decoding"] if decoding and arith == "exact" else []):
+                with torch.no_grad():
+                    if form == "decoding":
+                        cache: dict = {}
+                        y = torch.cat([mixer(x[:, t:t + 1], layer_cache=cache)[0] for t in range(S)], 1)
+                        aux = None
+                    else:
+                        mixer.config.mixer_form = form
+                        y, aux = mixer(x, output_gates=True)
+                row = {"case": case, "arithmetic": arith, "form": form,
+                       "y_max_abs_diff": (y - gold).abs().max().item(), "y_max_abs": gold.abs().max().item()}
+                if aux is not None:
+                    row["write_routing_diff"] = (aux["write_gate"].reshape(B, S, H, r)
+                                                 - torch.from_numpy(a["routing_Pi"])).abs().max().item()
+                    if "routing_Pi_read" in a:
+                        row["read_routing_diff"] = (aux["read_gate"].reshape(B, S, H, r)
+                                                    - torch.from_numpy(a["routing_Pi_read"])).abs().max().item()
+                rows.append(row)
+    return rows
+
+
+@torch.no_grad()
+def decay_arithmetic_gap(model, ids: torch.Tensor) -> dict:
+    """How far the authors' float32 decay arithmetic moves a ProtoT (variant "authors") from the exact
+    equation on token ids (B, T): the largest |logit difference|, the mean |difference of the
+    next-token NLL| over positions, and the NLL of each (the model is left as it was)."""
+    import torch.nn.functional as F
+
+    mixers = model.mixers()
+    before = [m.config.decay_arithmetic for m in mixers]
+    out = {}
+    try:
+        for arith in ("exact", "authors-float32"):
+            for m in mixers:
+                m.config.decay_arithmetic = arith
+            logits = model(ids, use_cache=False).logits.float()
+            nll = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
+                                  reduction="none").view(ids.shape[0], -1)
+            out[arith] = (logits, nll)
+    finally:
+        for m, a in zip(mixers, before):
+            m.config.decay_arithmetic = a
+    (le, ne), (la, na) = out["exact"], out["authors-float32"]
+    return {"tokens": int(ids.shape[1]), "sequences": int(ids.shape[0]),
+            "max_abs_logit_diff": (le - la).abs().max().item(),
+            "mean_abs_nll_diff": (ne - na).abs().mean().item(),
+            "nll_exact": ne.mean().item(), "nll_authors_float32": na.mean().item()}
