@@ -448,7 +448,7 @@ def tiny_protot(backend, dtype=torch.float32, **overrides):
     from protot.models import build_model
 
     torch.manual_seed(0)
-    kw = dict(alpha_init=1.0, init_half_life_min=0.5, init_half_life_max=40.0, num_prototypes=5, proto_dim=9,
+    kw = dict(variant="compendium-v1", alpha_init=1.0, init_half_life_min=0.5, init_half_life_max=40.0, num_prototypes=5, proto_dim=9,
               value_dim=7, chunk_size=16, initializer_range=0.3, mixer_backend=backend)
     kw.update(overrides)
     return build_model("protot", "tiny", 50, **kw).to(device=DEVICE, dtype=dtype)

@@ -15,7 +15,7 @@ def tiny(seed=0, **kw):
     """A tiny float64 ProtoT with gates sharp enough (tau 0.1) and mixers loud enough (alpha 0.7) that every
     component matters; 3 layers, the causal conv in layers 0 and 1 (the default conv_layers=2)."""
     torch.manual_seed(seed)
-    kw = {"num_hidden_layers": 3, "write_temperature": 0.1, "read_temperature": 0.05, **kw}
+    kw = {"variant": "compendium-v1", "num_hidden_layers": 3, "write_temperature": 0.1, "read_temperature": 0.05, **kw}
     m = build_model("protot", "tiny", VOCAB, **kw).double().eval()
     with torch.no_grad():
         for mx in m.mixers():

@@ -24,8 +24,9 @@ def women(tokenizer):
 
 
 def _model(vocab, seed=0, **overrides):
+    """A tiny ProtoT of the variant the committed models the concept tools read were trained with."""
     torch.manual_seed(seed)
-    return build_model("protot", "tiny", vocab, **overrides).eval()
+    return build_model("protot", "tiny", vocab, **{"variant": "compendium-v1", **overrides}).eval()
 
 
 def _ids(n, women_id, seed=0, vocab_hi=400):

@@ -16,7 +16,7 @@ def test_llama_and_protot_terms_by_hand():
     llama = build_model("llama", "small", 12288, max_position_embeddings=256)
     L, d = llama.config.num_hidden_layers, llama.config.hidden_size
     assert mixer_flops_per_token(llama.config, 256) == L * 2 * d * 257
-    proto = build_model("protot", "small", 12288, max_position_embeddings=256, shared_keys=True,
+    proto = build_model("protot", "small", 12288, max_position_embeddings=256, variant="compendium-v1", shared_keys=True,
                         intermediate_size=792)
     c = proto.config
     C, R, Dv = c.chunk_size, c.num_prototypes, c.value_width

@@ -88,10 +88,11 @@ def test_bad_input(bad, match):
 
 
 @pytest.mark.parametrize("arch, overrides", [
-    ("protot", dict(shared_keys=True, include_current=False)), ("llama", {}), ("deltanet", {}), ("mamba", {})])
+    ("protot", dict(variant="compendium-v1", shared_keys=True, include_current=False)), ("protot", {}),
+    ("llama", {}), ("deltanet", {}), ("mamba", {})])
 def test_model_loss_only_path_matches_plain(arch, overrides):
     torch.manual_seed(0)
-    model = build_model(arch, "tiny", 97, max_position_embeddings=32, **overrides).double()
+    model = build_model(arch, "tiny", 97, max_position_embeddings=32, **overrides).double().eval()   # no dropout
     x = torch.randint(0, 97, (3, 32))
     labels = x.clone()
     labels[0, 5:9] = -100
@@ -119,7 +120,7 @@ def test_under_bfloat16_autocast():
     less accurate than the plain path, both measured against the float32 loss and gradient (CPU
     autocast stands in for CUDA's)."""
     torch.manual_seed(0)
-    model = build_model("protot", "tiny", 97, max_position_embeddings=32)
+    model = build_model("protot", "tiny", 97, max_position_embeddings=32).eval()    # eval: no dropout
     x = torch.randint(0, 97, (2, 32))
     params = list(model.parameters())
 

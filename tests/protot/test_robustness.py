@@ -185,7 +185,10 @@ def small_pairs():
     return pd.concat([pairs, same], ignore_index=True)
 
 
-@pytest.mark.parametrize("arch,overrides", [("protot", {}), ("protot", {"shared_keys": True}), ("llama", {})],
+V1 = {"variant": "compendium-v1"}   # the variant of the committed models the robustness tools read
+
+
+@pytest.mark.parametrize("arch,overrides", [("protot", V1), ("protot", {**V1, "shared_keys": True}), ("llama", {})],
                          ids=["protot", "protot-shared-keys", "llama"])
 def test_score_pairs(arch, overrides, tokenizer, small_pairs):
     torch.manual_seed(0)
@@ -218,7 +221,7 @@ def test_read_override_changes_only_the_read_gate(tokenizer, shared_keys):
     token's own projection nothing changes; with another one the read gate follows it while the
     write gate (shared keys: the same projection) keeps the token's own."""
     torch.manual_seed(2)
-    model = build_model("protot", "tiny", len(tokenizer), shared_keys=shared_keys).eval()
+    model = build_model("protot", "tiny", len(tokenizer), shared_keys=shared_keys, **V1).eval()
     seqs = [list(range(5, 17)), list(range(40, 52))]
     run = lambda **kw: rb._final(model, seqs, 8, "cpu", True, progress=False, **kw)
     with torch.no_grad():
@@ -233,7 +236,7 @@ def test_read_override_changes_only_the_read_gate(tokenizer, shared_keys):
 def test_after_edit_position_matches_a_direct_forward(tokenizer, small_pairs):
     """jsd_after_edit compares the predictions whose next token is the first token after the edit."""
     torch.manual_seed(1)
-    model = build_model("protot", "tiny", len(tokenizer)).eval()
+    model = build_model("protot", "tiny", len(tokenizer), **V1).eval()
     row = small_pairs.iloc[0]
     got = rb.score_pairs(model, tokenizer, small_pairs.iloc[:1], bos=None, progress=False).iloc[0]
     o, e = rb.encode(tokenizer, [row.original, row.edited], None)

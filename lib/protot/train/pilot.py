@@ -44,9 +44,10 @@ BASELINE = "default"
 MAX_PPL_RATIO = 1.05           # "clearly worse": more than 5% higher validation perplexity
 RULE = (f"prefer '{PREFERRED}' (the paper's text: shared prototype keys, past-only write) unless its "
         f"validation perplexity exceeds '{BASELINE}''s by more than {100 * (MAX_PPL_RATIO - 1):.0f}%")
-VARIANTS = {
-    "default": {},
-    "shared-past": {"shared_keys": True, "include_current": False, "intermediate_size": 792},
+VARIANTS = {   # of the earlier reconstruction ("compendium-v1"), whose open choices the pilot compared
+    "default": {"variant": "compendium-v1"},
+    "shared-past": {"variant": "compendium-v1", "shared_keys": True, "include_current": False,
+                    "intermediate_size": 792},
 }
 
 
@@ -65,7 +66,7 @@ def choose(ppl: dict[str, float], *, preferred: str = PREFERRED, baseline: str =
 def variant_of(config: dict) -> str:
     """The pilot variant a model config (dict) belongs to, or ValueError."""
     for name, overrides in VARIANTS.items():
-        base = {"shared_keys": False, "include_current": True}
+        base = {"variant": "compendium-v1", "shared_keys": False, "include_current": True}
         want = {**base, **overrides}
         if all(config.get(k, base.get(k)) == v for k, v in want.items() if k != "intermediate_size"):
             return name

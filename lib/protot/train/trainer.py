@@ -9,7 +9,9 @@ evaluation); checkpoints to ``<out>/checkpoints`` (see :mod:`protot.train.checkp
 Exact resume: the batch of step ``s`` is a pure function of (seed, s) (:class:`packing.BatchSchedule`),
 the learning rate is a pure function of ``s``, and the checkpoint restores weights, AdamW moments
 and generator states, so on the CPU a run killed at any step and resumed from its last checkpoint
-reproduces the uninterrupted run's losses bit for bit. Each step's metrics line records
+reproduces the uninterrupted run's losses bit for bit. Dropout (the authors' recipe) draws from torch's generator, whose
+state the checkpoint restores too; under DDP each rank draws its own masks, so a run with dropout
+is the same in distribution, not bit for bit, at another world size. Each step's metrics line records
 ``batch_sha1``, a fingerprint of the block ids it trained on.
 
 Resume from a snapshot (``snapshot=models/NAME``, when the run folder is gone): the snapshot's
