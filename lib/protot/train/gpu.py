@@ -9,8 +9,9 @@ one raw uint16 file plus a JSON (:func:`protot.train.packing.write_u16_pack`); `
 that pack (numpy, torch, transformers; no data/, no `datasets`, no tokenizer file).
 
 ``train`` runs ProtoT, LLaMA, DeltaNet and Mamba at the paper's small (6 layers x 256) and large
-(12 x 512) settings, context 256, batch 128, with the ``paper-small`` / ``paper-large`` learning
-rates (:mod:`protot.train.config`) and a token budget sized for the whole run (all eight models)
+(12 x 512) settings, context 256, batch 128 (the ``paper-small`` / ``paper-large`` profiles of
+:mod:`protot.train.config`) with the authors' recipe otherwise (AdamW 6e-4, betas (0.9, 0.999), no
+clipping, constant rate, their backbone for every architecture: ProtoT is the authors' variant) and a token budget sized for the whole run (all eight models)
 to fit in under 10 minutes on one H200; bfloat16 autocast, the Triton mixer (chunk 64, the GPU
 tiling the kernels are compiled for sm_90 and tested in, under the interpreter), fused AdamW. The budget is the same for the
 four families at a size (the paper's rule) and far below the paper's (12 M tokens per model,
@@ -120,7 +121,10 @@ def train_config(arch: str, setting: str, dry_run: bool):
     from protot.train.config import profile
 
     plan = PLAN[setting]
-    base = profile(plan["profile"])
+    # the authors' recipe (protot.train.config "authors-small") at the plan's batch and budget: their
+    # optimiser settings, constant rate, no clipping, and their backbone for every architecture
+    base = profile(plan["profile"]).replace(recipe="authors", lr=6e-4, beta2=0.999, grad_clip=0.0,
+                                            schedule="constant")
     overrides = {}
     if arch == "protot" and not dry_run:
         overrides["chunk_size"] = 64          # the GPU tiling (sub-chunks of 16), see kernels/proto_mixer
@@ -147,12 +151,13 @@ def train_config(arch: str, setting: str, dry_run: bool):
 # one model
 # ---------------------------------------------------------------------------------------------
 def _optimizer(cfg, model, fused: bool):
-    """AdamW as protot.train.trainer.make_optimizer (decay on matrices only), fused on a GPU."""
+    """AdamW as protot.train.trainer.make_optimizer (decay on matrices only, not on parameters marked
+    ``_no_weight_decay``), fused on a GPU."""
     decay, no_decay, seen = [], [], set()
     for p in model.parameters():
         if p.requires_grad and id(p) not in seen:
             seen.add(id(p))
-            (decay if p.dim() >= 2 else no_decay).append(p)
+            (decay if p.dim() >= 2 and not getattr(p, "_no_weight_decay", False) else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=fused)
 
