@@ -99,6 +99,10 @@ def _step(label: str) -> None:
         _fault(label)
 
 
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
 # -- which runs may publish ---------------------------------------------------------------------
 def check_main_run(run: Path, params: dict, status: dict[str, dict]) -> None:
     """Raise :class:`NotAMainRun`, listing every reason, unless ``run`` is a complete main run: made
@@ -164,9 +168,12 @@ def lock(what: str) -> Iterator[None]:
             raise PublishLocked(
                 f"another publish is writing papers/ ({holder}; lock {LOCK}): nothing was done. Wait for it to "
                 "finish, then publish again") from None
-        os.ftruncate(fd, 0)
-        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        os.pwrite(fd, f"pid {os.getpid()}, publishing {what}, since {now}\n".encode(), 0)
+        now = _now().isoformat(timespec="seconds")
+        try:  # who holds it, for the message a second publisher gets (best effort: a full disk still publishes)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()}, publishing {what}, since {now}\n".encode(), 0)
+        except OSError:
+            pass
         try:
             yield
         finally:
@@ -250,7 +257,7 @@ def switch(changes: dict[str, bytes | Path | None]) -> None:
     Call it holding :func:`lock`. Any failure before the switch leaves papers/ as it was and raises
     :class:`PublishError` saying so."""
     root, papers = paths.repo_root(), paths.papers_dir()
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")  # unique: not _now()
     stage = root / f"{STAGE_PREFIX}{os.getpid()}-{stamp}"
     switched = False
     try:
@@ -339,7 +346,7 @@ def _publish_locked(run: Path) -> Published:
 
     # read and check everything, build every table in memory
     changes: dict[str, bytes | Path | None] = {}
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    now = _now().isoformat(timespec="seconds")
     owners = {p: {c.notebook for c in loaded[p].claims.values() if c.notebook} for p in papers}
     for paper in papers:
         files = tables.result_files(paper)

@@ -60,7 +60,8 @@ DEMO_CLAIMS = textwrap.dedent("""\
         check: {quantity: ok, op: is, threshold: true, assert_at: [cpu]}
     """)
 
-PARAMS = '# %% tags=["parameters"]\nPROFILE = "cpu"\nSEED = 0\nDEVICE = "cpu"\nLABEL = "none"\n'
+PARAMS = ('# %% tags=["parameters"]\nPROFILE = "cpu"\nSEED = 0\nDEVICE = "cpu"\nLABEL = "none"\nN = 3\n'
+          'RATE = 0.5\nFLAG = False\n')
 
 #: notebooks that run in real kernels (tests/compendium/test_runner.py)
 KERNEL_NOTEBOOKS = {
