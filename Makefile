@@ -33,7 +33,7 @@ export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export PYTHONUNBUFFERED = 1
 
-.PHONY: all test setup notebooks notebook sync claims lab book lock bench check-data clean help
+.PHONY: all test test-determinism setup notebooks notebook sync claims lab book lock bench check-data clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -46,6 +46,11 @@ all: setup check-data  ## main job: set up, run every notebook at PROFILE into b
 test: setup check-data  ## set up and run the whole test suite (executes every notebook too)
 	@echo ">> running the test suite"
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Opt-in, not part of make test: every notebook executed twice at the cpu profile and seed 0, with
+# empty caches of computed results each time, and every recorded value compared (timings excepted).
+test-determinism: setup  ## run every notebook twice at one seed and compare all recorded values (about an hour)
+	$(PY) -m pytest -m determinism tests/compendium/test_determinism.py $(PYTEST_ARGS)
 
 setup: $(VENV)/.installed  ## create .venv and install the project, its tests' needs and the offline models
 
