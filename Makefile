@@ -49,7 +49,7 @@ test: setup check-data  ## set up and run the whole test suite (executes every n
 
 # Opt-in, not part of make test: every notebook executed twice at the cpu profile and seed 0, with
 # empty caches of computed results each time, and every recorded value compared (timings excepted).
-test-determinism: setup  ## run every notebook twice at one seed and compare all recorded values (about an hour)
+test-determinism: setup  ## run every notebook twice at one seed and compare all recorded values (one to two hours)
 	$(PY) -m pytest -m determinism tests/compendium/test_determinism.py $(PYTEST_ARGS)
 
 setup: $(VENV)/.installed  ## create .venv and install the project, its tests' needs and the offline models

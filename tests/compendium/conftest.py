@@ -14,7 +14,7 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The determinism tests run only when asked for (``-m determinism``): they take about an hour."""
+    """The determinism tests run only when asked for (``-m determinism``): they take one to two hours."""
     if "determinism" in (config.getoption("markexpr") or ""):
         return
     drop = [item for item in items if item.get_closest_marker("determinism")]

@@ -11,7 +11,7 @@ the main run executed twice at the cpu profile and seed 0, each time with empty 
 results (trainings, SAEs, SVDs, concept and interpretation caches; the token streams, datasets and
 converted models are shared inputs), and every recorded value compared: the results files' values,
 evidence, conditions and verdicts, and the CSV tables behind the figures. Timings are excluded by
-name (:data:`TIMINGS`). It takes about twice the notebooks' own time (an hour or more on 2 cores).
+name (:data:`TIMINGS`). It takes about twice the notebooks' own time (one to two hours on 2 cores).
 """
 from __future__ import annotations
 
@@ -86,8 +86,10 @@ def test_the_code_fingerprint_follows_the_training_code():
 
 # -- every notebook twice (opt-in) ----------------------------------------------------------------------
 #: Recorded names whose values are timings (or decided by a time budget): not compared.
-TIMINGS = re.compile(r"(^|_)(seconds|secs|elapsed|time|times|timing|wall|per_s|tokens_per_s|throughput|speed|"
-                     r"latency)($|_)|_time_ratio$|^protot_llama_ratio_|_fastest$|^longest_context_")
+TIMINGS = re.compile(r"(^|_)(seconds|secs|ms|us|elapsed|time|times|timing|wall|per_s|tokens_per_s|throughput|"
+                     r"speed|latency)($|_)|_time_ratio$|^protot_llama_ratio_|_fastest$|^longest_context_")
+#: Fields of a results file judged from its values: not compared where a value is a timing.
+JUDGED = ("value", "verdict", "conditions", "preconditions", "failed_preconditions", "reason")
 #: Fields of a results file that say when, where and with what code, not what was measured.
 NOT_VALUES = {"provenance", "run", "time_utc", "note"}
 #: Caches of inputs shared by both executions; every other cache (computed results) starts empty.
@@ -128,8 +130,7 @@ def _recorded(run: Path) -> dict:
     for f in sorted((run / "results").rglob("*.json")):
         entry = json.loads(f.read_text())
         timed = any(TIMINGS.search(k) for k in (entry.get("values") or {}))
-        out[f.relative_to(run).as_posix()] = {k: v for k, v in entry.items()
-                                              if not (timed and k in ("verdict", "value", "conditions"))}
+        out[f.relative_to(run).as_posix()] = {k: v for k, v in entry.items() if not (timed and k in JUDGED)}
     for f in sorted((run / "figures").rglob("*.csv")):
         table = pd.read_csv(f)
         out[f.relative_to(run).as_posix()] = {c: table[c].tolist() for c in table.columns}
@@ -154,7 +155,8 @@ def test_a_notebook_twice_at_one_seed_records_the_same_values(name, tmp_path, mo
 
 
 def test_timings_are_excluded_by_name_and_nothing_else():
-    for name in ("seconds", "train_seconds", "elapsed_s", "tokens_per_s", "llama_time_ratio", "deltanet_fastest",
+    for name in ("seconds", "train_seconds", "elapsed_s", "tokens_per_s", "ms_per_token", "llama_time_ratio",
+                 "deltanet_fastest",
                  "protot_llama_ratio_8k", "longest_context_all", "time_utc"):
         assert TIMINGS.search(name) or name in NOT_VALUES, name
     for name in ("tokens_exponent_ratio", "min_fit_r2", "val_ppl", "drop_pct", "coverage_sae", "n_signals",
