@@ -36,7 +36,7 @@ def published(run_dir, demo_root, monkeypatch):
     that two publishes of one run give the same bytes."""
     from datetime import datetime, timezone
 
-    monkeypatch.setattr(publish, "_now", lambda: datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
+    monkeypatch.setattr(publish, "_now", lambda: datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc), raising=False)
     complete_run(run_dir)
     publish.publish(run_dir)
     second = runs.create("cpu", 0, notebooks=ALL)
