@@ -33,7 +33,7 @@ export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export PYTHONUNBUFFERED = 1
 
-.PHONY: all test setup notebooks notebook sync claims lab book lock bench check-data clean help
+.PHONY: all test test-determinism setup notebooks notebook sync claims lab book lock bench check-data clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -46,6 +46,11 @@ all: setup check-data  ## main job: set up, run every notebook at PROFILE into b
 test: setup check-data  ## set up and run the whole test suite (executes every notebook too)
 	@echo ">> running the test suite"
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Opt-in, not part of make test: every notebook executed twice at the cpu profile and seed 0, with
+# empty caches of computed results each time, and every recorded value compared (timings excepted).
+test-determinism: setup  ## run every notebook twice at one seed and compare all recorded values (one to two hours)
+	$(PY) -m pytest -m determinism tests/compendium/test_determinism.py $(PYTEST_ARGS)
 
 setup: $(VENV)/.installed  ## create .venv and install the project, its tests' needs and the offline models
 
@@ -80,20 +85,13 @@ lock:  ## re-resolve requirements/lock*.txt from pyproject.toml (exact versions 
 	  $(LOCK_TARGET) --custom-compile-command "make lock" -q -o $(LOCK_NODEPS)
 	@echo ">> $(LOCKFILE): $$(grep -c '==' $(LOCKFILE)) packages; 'make setup' installs them"
 
-# Needs only sha256sum (no venv): every listed file must match, and every file under data/ must be
-# listed (documentation, *.md, excepted), since an extra corpus file would be trained on.
-check-data:  ## verify the offline data against data/SHA256SUMS (no other file allowed)
-	@cd data && { [ -f SHA256SUMS ] || { echo "data/SHA256SUMS is missing; restore it with: git checkout -- data/SHA256SUMS"; exit 1; }; }; \
-	res=$$(sha256sum -c SHA256SUMS 2>&1); rc=$$?; \
-	bad=$$(printf '%s\n' "$$res" | sed -n 's|^\(\./\)\{0,1\}\(.*\): FAILED.*$$|\2|p'); \
-	for f in $$bad; do echo "data/$$f does not match data/SHA256SUMS (missing or modified); restore it with: git checkout -- data/$$f"; done; \
-	if [ $$rc -ne 0 ]; then [ -n "$$bad" ] || printf '%s\n' "$$res"; exit 1; fi; \
-	extra=$$(find . -type f ! -name SHA256SUMS ! -name '*.md' | sort | awk 'NR == FNR { sub(/^[0-9a-fA-F]+ [ *]/, ""); \
-	  listed[$$0] = 1; next } !($$0 in listed) { sub(/^\.\//, ""); print }' SHA256SUMS -); \
-	if [ -n "$$extra" ]; then \
-	  for f in $$extra; do echo "data/$$f is not listed in data/SHA256SUMS: remove it (training would read it), or list it in SHA256SUMS and data/MANIFEST.md"; done; \
-	  exit 1; fi; \
-	echo ">> data/ checked against SHA256SUMS (every file listed, every listed file intact)"
+# Needs only python3's standard library (no venv): compendium.data's one rule for every reader of
+# data/ (each listed file present, a regular file, not a link, matching its sha256) and every entry
+# under data/, links included, listed (documentation, *.md, excepted), since an extra corpus file
+# would be trained on.
+HERE := $(dir $(abspath $(firstword $(MAKEFILE_LIST))))
+check-data:  ## verify the offline data against data/SHA256SUMS (no other file, no symbolic link)
+	@PYTHONPATH="$(HERE)lib" $(PYTHON) -m compendium.data "$(CURDIR)/data"
 
 notebooks: all  ## alias of all
 

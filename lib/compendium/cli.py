@@ -7,22 +7,31 @@ copies the completed notebooks' results and figures into ``papers/`` and rebuild
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from compendium import claims, paths, profiles, runner, runs
 
 
-def _parse_param(text: str) -> tuple[str, object]:
-    if "=" not in text:
+def _parse_param(text: str) -> tuple[str, str]:
+    """NAME=VALUE as (NAME, the text VALUE): converted later to the type of the notebook's own value."""
+    key, eq, raw = text.partition("=")
+    if not eq or not key.strip():
         raise argparse.ArgumentTypeError(f"parameters look like NAME=VALUE, got {text!r}")
-    key, raw = text.split("=", 1)
+    return key.strip(), raw
+
+
+def _seed(text: str) -> int:
     try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw
-    return key, value
+        return runner.check_seed(int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"the seed must be a non-negative integer, got {text!r}") from None
+
+
+def publish_allowed(profile: str) -> frozenset[str]:
+    from compendium import publish
+
+    return publish.ALLOWED_OVERRIDES.get(profile, frozenset())
 
 
 def _profile(text: str) -> str:
@@ -64,20 +73,22 @@ def main(argv: list[str] | None = None) -> int:
     p_run = sub.add_parser("run", help="execute notebooks with papermill into a run folder (default: all of them)")
     p_run.add_argument("names", nargs="*", help="notebook names (e.g. 00_tour, accpp/01_ioi, or a unique part)")
     p_run.add_argument("--profile", type=_profile, default=profiles.DEFAULT, help=f"one of {', '.join(profiles.PROFILES)}")
-    p_run.add_argument("--seed", type=int, default=0)
+    p_run.add_argument("--seed", type=_seed, default=0, help="a non-negative integer")
     p_run.add_argument("--device", type=_device, default="cpu", help="cpu, cuda or cuda:N")
     p_run.add_argument("-p", "--param", type=_parse_param, action="append", default=[],
-                       help="another parameter of the notebook's parameters cell, NAME=VALUE (VALUE parsed as "
-                            "JSON when it can be); PROFILE, SEED and DEVICE are set with their own options")
-    p_run.add_argument("--output", default=None, help="folder for the executed notebooks (default <run>/notebooks)")
+                       help="another parameter of the notebook's parameters cell, NAME=VALUE (VALUE converted to "
+                            "the type of the cell's own value: int, float, bool, str, JSON); PROFILE, SEED and "
+                            "DEVICE are set with their own options. A run with one is never published")
+    p_run.add_argument("--output", default=None, help="folder for the executed notebooks (default <run>/notebooks; "
+                                                      "never a folder of the repository's sources or tracked files)")
     p_run.add_argument("--keep-going", action="store_true", help="run the rest after a failure")
     p_run.add_argument("--publish", action="store_true",
-                       help="afterwards copy the completed notebooks' results and figures into papers/ and "
-                            "rebuild papers/*/CLAIMS.md (make all does)")
+                       help="afterwards, if every notebook completed, publish the run into papers/ and rebuild "
+                            "papers/*/CLAIMS.md (make all does)")
     p_run.add_argument("--publish-figures", dest="publish", action="store_true", help=argparse.SUPPRESS)
     p_run.add_argument("--no-claims", action="store_true", help=argparse.SUPPRESS)  # obsolete, accepted
 
-    p_pub = sub.add_parser("publish", help="publish an existing run folder (as run --publish does)")
+    p_pub = sub.add_parser("publish", help="publish the run folder of a complete main run (as run --publish does)")
     p_pub.add_argument("run_dir", help="a run folder, e.g. build/runs/20261130T081244Z-paper-s0")
     sub.add_parser("list", help="list the notebooks")
     sub.add_parser("claims", help="rebuild papers/*/CLAIMS.md from the published results")
@@ -88,22 +99,30 @@ def main(argv: list[str] | None = None) -> int:
             print(name)
         return 0
     if args.cmd == "claims":
-        for path in claims.write_tables():
+        from compendium import publish
+
+        try:
+            written = publish.write_claims()
+        except (publish.PublishError, ValueError) as err:
+            print(f"compendium claims: {err}", file=sys.stderr)
+            return 1
+        for path in written:
             print(f"wrote {paths.display(path)}")
         return 0
     if args.cmd == "publish":
-        from compendium import publish
+        return _publish(Path(args.run_dir))
 
-        print(publish.publish(Path(args.run_dir)).summary())
-        return 0
-
-    parameters = dict(args.param)
     if args.publish and args.names:
         parser.error("--publish writes the ledger in papers/, which only a complete main run may do: drop the "
                      "notebook names (run them without --publish to check them; their results stay in build/runs/)")
+    if args.publish and any(k not in publish_allowed(args.profile) for k, _ in args.param):
+        parser.error("--publish writes the ledger in papers/, which only a run at default parameters may do: drop "
+                     "the -p options (run without --publish to try them; their results stay in build/runs/)")
     try:
         todo = [runner.resolve(n) for n in args.names] or runner.list_notebooks()
-        runner.check_parameters(todo, parameters)
+        parameters = runner.convert_parameters(todo, dict(args.param))
+        if args.output:
+            paths.check_output(args.output)
     except ValueError as err:
         parser.error(str(err))
     run_dir = runs.create(args.profile, args.seed, device=args.device, parameters=parameters, notebooks=todo,
@@ -124,10 +143,22 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted: nothing published", file=sys.stderr)
         return 130
     if args.publish:
-        from compendium import publish
-
-        print(publish.publish(run_dir).summary())
+        code = _publish(run_dir)
+        if code:
+            return code
     return 1 if n_failed else 0
+
+
+def _publish(run_dir: Path) -> int:
+    """Publish ``run_dir``; a refusal or a stop is printed (papers/ unchanged) and returns 1."""
+    from compendium import atomic, publish, tables
+
+    try:
+        print(publish.publish(run_dir).summary())
+    except (publish.PublishError, tables.ResultsFileError, atomic.JSONFileError) as err:
+        print(f"not published: {err}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -16,9 +16,12 @@ by one thing only: ``compendium run --publish`` (``make all``), see ``compendium
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 _MARKERS = ("pyproject.toml", "papers", "notebooks")
+#: Folders of the repository that hold sources or committed outputs: nothing a run makes goes there.
+PROTECTED = ("notebooks", "papers", "lib", "models", "data", "tests", "kernels", "docs", ".git")
 
 
 def repo_root() -> Path:
@@ -52,7 +55,12 @@ def cache_dir() -> Path:
 
 
 def output_dir() -> Path:
-    path = _env_or("COMPENDIUM_OUTPUT", repo_root() / "build")
+    """``<root>/build``, or COMPENDIUM_OUTPUT, which may not point into the repository's sources or
+    committed files (:func:`check_output`)."""
+    if os.environ.get("COMPENDIUM_OUTPUT"):
+        path = check_output(os.environ["COMPENDIUM_OUTPUT"], "COMPENDIUM_OUTPUT")
+    else:
+        path = repo_root() / "build"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -97,3 +105,43 @@ def display(path: str | os.PathLike) -> str:
         return path.resolve().relative_to(repo_root()).as_posix()
     except ValueError:
         return path.as_posix()
+
+
+class UnsafeOutputError(ValueError):
+    """An output folder points into the repository's sources or committed files."""
+
+
+def _tracked_under(folder: Path, root: Path) -> list[str]:
+    """Files git tracks at or below ``folder`` (a path inside ``root``); [] without git."""
+    rel = folder.relative_to(root).as_posix() or "."
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--", rel], cwd=root, capture_output=True, text=True,
+                             timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [f for f in out.stdout.split("\0") if f] if out.returncode == 0 else []
+
+
+def check_output(path: str | os.PathLike, what: str = "--output") -> Path:
+    """``path`` resolved (symbolic links and ``..`` first), or :class:`UnsafeOutputError` when it lies
+    in one of the repository's :data:`PROTECTED` folders or in any folder holding files git tracks
+    (the repository root included): a run writes into build/ or a folder outside the repository."""
+    target = Path(path).expanduser().resolve()
+    root = repo_root().resolve()
+    try:
+        rel = target.relative_to(root)
+    except ValueError:
+        return target  # outside the repository
+    if rel.parts and rel.parts[0] in PROTECTED:
+        raise UnsafeOutputError(
+            f"{what} {os.fspath(path)} resolves to {rel.as_posix()}/, inside {rel.parts[0]}/, which holds the "
+            f"compendium's sources or committed results; a run writes only into build/ (its run folder) or a "
+            f"folder outside the repository")
+    tracked = ["the repository's own files"] if target == root else _tracked_under(target, root) if target.exists() else []
+    if tracked:
+        shown = rel.as_posix() + "/" if rel.parts else "the repository root"
+        raise UnsafeOutputError(
+            f"{what} {os.fspath(path)} resolves to {shown}, which holds files git tracks "
+            f"({', '.join(tracked[:3])}{', ...' if len(tracked) > 3 else ''}); a run would overwrite them. "
+            f"Write into build/ or a folder outside the repository")
+    return target

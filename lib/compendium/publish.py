@@ -1,30 +1,77 @@
 """Publishing a run: the only code that writes into ``papers/``.
 
-``compendium run --publish`` (``make all``) calls :func:`publish` on its run folder once the
-notebooks have run. For each notebook that completed, the results it recorded go to
-``papers/<paper>/results/`` and its figures (and their CSV data) to ``papers/<paper>/figures/``;
-nothing of a notebook that failed or did not run is copied. Then every ``CLAIMS.md`` is rebuilt.
+``compendium run --publish`` (``make all``) and ``compendium publish RUN`` call :func:`publish` on a
+run folder. Only a complete main run publishes (:func:`check_main_run`): every notebook of the
+compendium ran in it and completed, with the default value of every parameter of its parameters
+cell (only PROFILE, SEED and DEVICE set), from a known code state (a commit, with the fingerprint
+of uncommitted changes when there are any). Anything else is refused before anything is written,
+naming every reason.
 
-Figure files carry their notebook's number (``05_concept_coherence.png``, see
-:func:`compendium.plotting.prefixed`). A completed notebook's figures replace its earlier ones:
-the files of ``papers/<paper>/figures/`` that start with its number (``05_``) and that this run
-did not write are removed, and so is the unnumbered name of each file it wrote
-(``concept_coherence.png`` beside a new ``05_concept_coherence.png``: the name from before the
-rule). A number that two notebooks of a paper share removes nothing by prefix.
+The results each notebook recorded go to ``papers/<paper>/results/`` and its figures (and their CSV
+data) to ``papers/<paper>/figures/``; ``PUBLISHED.json`` says which run was published, and every
+``CLAIMS.md`` is rebuilt. Figure files carry their notebook's number (``05_concept_coherence.png``,
+see :func:`compendium.plotting.prefixed`). A notebook's figures replace its earlier ones: the files
+of ``papers/<paper>/figures/`` that start with its number (``05_``) and that this run did not write
+are removed, and so is the unnumbered name of each file it wrote (``concept_coherence.png`` beside a
+new ``05_concept_coherence.png``: the name from before the rule). A number that two notebooks of a
+paper share removes nothing by prefix.
 
-All or nothing: every result to be published is read and checked, and every table is built in
-memory, before the first file is written; a malformed results file (new or already published)
-raises :class:`compendium.tables.ResultsFileError` naming it, and ``papers/`` stays as it was.
+All or nothing, at every instant:
+
+1. one publisher at a time: ``.publish.lock`` at the root is held (``flock``) for the whole
+   publish; a second publisher is refused with the holder's pid and run (:class:`PublishLocked`);
+2. every result is read and checked and every table built in memory first; a malformed results
+   file raises :class:`compendium.tables.ResultsFileError` naming it;
+3. the complete new ``papers/`` is staged in a sibling folder ``.papers.publish-<pid>-<time>``:
+   unchanged files are hard links to the published ones (no copy, no extra space), new and
+   rewritten files are written and fsync'ed, then the folders;
+4. one atomic exchange of the two folders (``renameat2(RENAME_EXCHANGE)``) switches ``papers/`` from
+   the complete old state to the complete new one; the old tree is then removed. Where the
+   filesystem cannot exchange, two renames do it, and the one moment between them (no ``papers/``)
+   is repaired by the next publish, which puts the old tree back.
+
+A crash, a kill or a full disk at any step before the exchange leaves ``papers/`` exactly as it was
+(a full disk is reported as such, not as a traceback); a crash after it leaves the new state. The
+next publish removes (and reports) whatever an interrupted one left beside ``papers/``.
+``compendium claims`` (:func:`write_claims`) rebuilds the tables the same way.
 """
 from __future__ import annotations
 
+import errno
+import fcntl
+import json
+import os
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable, Iterator
 
 from compendium import atomic, paths, runs, tables
 from compendium import claims as _claims
+
+LOCK = ".publish.lock"
+STAGE_PREFIX = ".papers.publish-"
+#: Parameters (besides PROFILE, SEED, DEVICE) a published run may set, per profile: none today. A
+#: profile that allowed some would have them listed in PUBLISHED.json (``last_publish.parameters``).
+ALLOWED_OVERRIDES: dict[str, frozenset[str]] = {}
+
+#: Test hook: called with a label before every step that writes (staging each file, the switch,
+#: the clean-up); a test makes it kill the process or raise ENOSPC there. None in normal use.
+_fault: Callable[[str], None] | None = None
+
+
+class PublishError(RuntimeError):
+    """A publish was refused or stopped; ``papers/`` is as it was (the message says why)."""
+
+
+class NotAMainRun(PublishError):
+    """The run folder is not a complete main run (see :func:`check_main_run`)."""
+
+
+class PublishLocked(PublishError):
+    """Another publish holds the lock."""
 
 
 @dataclass
@@ -35,19 +82,223 @@ class Published:
     removed: list[Path] = field(default_factory=list)             # stale figure files deleted
     tables: list[Path] = field(default_factory=list)
     completed: list[str] = field(default_factory=list)
-    not_completed: dict[str, str] = field(default_factory=dict)   # name -> status
-    skipped_files: list[str] = field(default_factory=list)         # written by a notebook that did not complete
+    cleaned: list[str] = field(default_factory=list)              # leftovers of an interrupted publish
 
     def summary(self) -> str:
-        lines = [f"published run {paths.display(self.run)}: {len(self.results)} result(s), "
-                 f"{len(self.figures)} figure file(s) from {len(self.completed)} completed notebook(s)"
-                 + (f", {len(self.removed)} stale figure file(s) removed" if self.removed else "") + "; "
-                 f"rebuilt {len(self.tables)} claims table(s)"]
-        for name, status in self.not_completed.items():
-            lines.append(f"  not published: {name} ({status})")
+        lines = [f"removed the leftovers of an interrupted publish: {c}" for c in self.cleaned]
+        lines.append(
+            f"published run {paths.display(self.run)}: {len(self.results)} result(s), "
+            f"{len(self.figures)} figure file(s) from {len(self.completed)} completed notebook(s)"
+            + (f", {len(self.removed)} stale figure file(s) removed" if self.removed else "") + "; "
+            f"rebuilt {len(self.tables)} claims table(s)")
         return "\n".join(lines)
 
 
+def _step(label: str) -> None:
+    if _fault is not None:
+        _fault(label)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+# -- which runs may publish ---------------------------------------------------------------------
+def check_main_run(run: Path, params: dict, status: dict[str, dict]) -> None:
+    """Raise :class:`NotAMainRun`, listing every reason, unless ``run`` is a complete main run: made
+    by ``compendium run`` with every notebook of the compendium, each completed, with default
+    parameters (PROFILE, SEED and DEVICE only, or overrides :data:`ALLOWED_OVERRIDES` allows), from
+    a commit (uncommitted changes recorded by their ``diff_sha256``)."""
+    from compendium import runner
+
+    shown = paths.display(run)
+    if params.get("kind") != "runner" or "profile" not in params:
+        raise NotAMainRun(f"{shown} is not a run folder made by `compendium run` (no params.json with a profile)")
+    reasons = []
+    expected = runner.list_notebooks()
+    ran = list(params.get("notebooks") or status)
+    absent = [n for n in expected if n not in ran]
+    if absent:
+        reasons.append(f"it ran {len(expected) - len(absent)} of the {len(expected)} notebooks; not run: "
+                       + _names(absent))
+    not_done = {n: status.get(n, {}).get("status", "no status") for n in expected if n in ran}
+    not_done = {n: s for n, s in not_done.items() if s != runs.COMPLETED}
+    if not_done:
+        reasons.append(f"{len(not_done)} notebook(s) did not complete: "
+                       + ", ".join(f"{n} ({s})" for n, s in list(not_done.items())[:6])
+                       + (", ..." if len(not_done) > 6 else ""))
+    allowed = ALLOWED_OVERRIDES.get(params["profile"], frozenset())
+    overrides = {k: v for k, v in (params.get("parameters") or {}).items() if k not in allowed}
+    for name, entry in status.items():
+        overrides.update({k: v for k, v in (entry.get("parameters") or {}).items()
+                          if k not in runner.RESERVED and k not in allowed})
+    if overrides:
+        reasons.append("it set notebook parameters away from their defaults ("
+                       + ", ".join(f"{k}={v!r}" for k, v in overrides.items())
+                       + f"), which no published run may do at profile '{params['profile']}'")
+    revision = params.get("git_revision")
+    if not revision or revision == "unknown":
+        reasons.append("its code state is unknown (no git revision in params.json)")
+    elif revision.endswith("+dirty") and not params.get("diff_sha256"):
+        reasons.append("it ran from uncommitted changes whose fingerprint (diff_sha256) was not recorded")
+    if reasons:
+        raise NotAMainRun(
+            f"{shown} is not a complete main run, so it is not published (papers/ unchanged):\n  - "
+            + "\n  - ".join(reasons)
+            + "\nOnly a run of every notebook at default parameters publishes: `make all`, or `compendium run "
+              "--publish` without notebook names. Other runs keep their results in their run folder.")
+
+
+def _names(names: list[str], most: int = 6) -> str:
+    return ", ".join(names[:most]) + (f", ... ({len(names) - most} more)" if len(names) > most else "")
+
+
+# -- the lock -------------------------------------------------------------------------------------
+@contextmanager
+def lock(what: str) -> Iterator[None]:
+    """Hold ``<root>/.publish.lock`` (flock) while publishing ``what``; :class:`PublishLocked`, naming
+    the holder's pid and run, when another process holds it."""
+    path = paths.repo_root() / LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "a process that has not said which"
+            raise PublishLocked(
+                f"another publish is writing papers/ ({holder}; lock {LOCK}): nothing was done. Wait for it to "
+                "finish, then publish again") from None
+        now = _now().isoformat(timespec="seconds")
+        try:  # who holds it, for the message a second publisher gets (best effort: a full disk still publishes)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()}, publishing {what}, since {now}\n".encode(), 0)
+        except OSError:
+            pass
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _recover() -> list[str]:
+    """Remove what an interrupted publish left beside papers/ (called under the lock, so no other
+    publish is running); put the old tree back if one was caught between its two renames."""
+    root, papers = paths.repo_root(), paths.papers_dir()
+    left = sorted(p for p in root.glob(STAGE_PREFIX + "*") if p.is_dir() and not p.is_symlink())
+    done = []
+    if not papers.exists():
+        olds = [p for p in left if p.name.endswith(".old")]
+        if len(olds) != 1:
+            raise PublishError(f"papers/ is missing and {len(olds)} saved copies of it were found "
+                               f"({', '.join(p.name for p in olds) or 'none'}): restore it with `git checkout -- papers/`")
+        os.rename(olds[0], papers)
+        atomic.fsync_dir(root)
+        left.remove(olds[0])
+        done.append(f"{olds[0].name} put back as papers/ (a publish stopped between its two renames)")
+    for p in left:
+        shutil.rmtree(p, ignore_errors=True)
+        done.append(f"{p.name}/ removed")
+    return done
+
+
+# -- staging and the switch -----------------------------------------------------------------------
+def _write_new(path: Path, data: bytes, mode: int | None = None) -> None:
+    """A new file at ``path`` (an existing one, maybe a hard link to the published file, is unlinked
+    first, so the published file is never written through), fsync'ed."""
+    _step(f"write {path.name}")
+    if path.exists() or path.is_symlink():
+        mode = path.stat().st_mode & 0o777 if mode is None and not path.is_symlink() else mode
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if mode is not None:
+            os.fchmod(fd, mode)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _mirror(src: Path, dst: Path) -> None:
+    """``dst`` as a tree of hard links to the files of ``src`` (copies where links are refused)."""
+    dst.mkdir()
+    shutil.copystat(src, dst)
+    for entry in sorted(src.iterdir()):
+        target = dst / entry.name
+        if entry.is_symlink():
+            _step(f"link {entry.name}")
+            os.symlink(os.readlink(entry), target)
+        elif entry.is_dir():
+            _mirror(entry, target)
+        else:
+            _step(f"link {entry.name}")
+            try:
+                os.link(entry, target)
+            except OSError as err:
+                if err.errno == errno.ENOSPC:
+                    raise
+                shutil.copy2(entry, target)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for dirpath, _dirs, _files in os.walk(folder, topdown=False):
+        atomic.fsync_dir(dirpath)
+
+
+def switch(changes: dict[str, bytes | Path | None]) -> None:
+    """Make ``papers/`` the published tree with ``changes`` applied ({path relative to papers/: new
+    content (bytes, or a file to copy), or None to remove}), in one atomic step (module docstring).
+    Call it holding :func:`lock`. Any failure before the switch leaves papers/ as it was and raises
+    :class:`PublishError` saying so."""
+    root, papers = paths.repo_root(), paths.papers_dir()
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")  # unique: not _now()
+    stage = root / f"{STAGE_PREFIX}{os.getpid()}-{stamp}"
+    switched = False
+    try:
+        _mirror(papers, stage)
+        for rel, content in sorted(changes.items()):
+            path = stage / rel
+            if content is None:
+                _step(f"remove {rel}")
+                path.unlink(missing_ok=True)
+            else:
+                _write_new(path, content if isinstance(content, bytes) else Path(content).read_bytes())
+        _step("fsync")
+        _fsync_tree(stage)
+        atomic.fsync_dir(root)
+        _step("switch")
+        if atomic.exchange(stage, papers):
+            switched = True
+        else:  # two renames; _recover repairs a stop between them
+            old = stage.with_name(stage.name + ".old")
+            os.rename(papers, old)
+            switched = True
+            _step("between the two renames")
+            os.rename(stage, papers)
+            stage = old
+        atomic.fsync_dir(root)
+    except BaseException as err:
+        if not switched:
+            shutil.rmtree(stage, ignore_errors=True)
+            if isinstance(err, OSError):
+                what = ("no space left on the device" if err.errno in (errno.ENOSPC, errno.EDQUOT)
+                        else f"{type(err).__name__}: {err}")
+                raise PublishError(f"publishing stopped while staging the new papers/ ({what}); papers/ is "
+                                   "unchanged and the staged copy was removed"
+                                   + ("; free some space and publish again" if err.errno in (errno.ENOSPC, errno.EDQUOT)
+                                      else "")) from err
+        raise
+    _step("remove the old tree")
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+# -- publishing a run -----------------------------------------------------------------------------
 def _paper_of_notebook(name: str, papers: list[str], owners: dict[str, set[str]]) -> set[str]:
     out = {p for p, names in owners.items() if name in names}
     head = name.split("/", 1)[0]
@@ -57,21 +308,21 @@ def _paper_of_notebook(name: str, papers: list[str], owners: dict[str, set[str]]
 
 
 def publish(run: Path) -> Published:
-    """Copy the completed notebooks' results and figures of ``run`` into ``papers/`` and rebuild
-    every CLAIMS.md (see the module docstring)."""
+    """Publish the complete main run ``run`` into ``papers/`` (see the module docstring); raises
+    :class:`PublishError` (papers/ unchanged) when it may not or cannot."""
     run = Path(run).resolve()
+    with lock(f"run {run.name}"):
+        cleaned = _recover()
+        out = _publish_locked(run)
+        out.cleaned = cleaned
+        return out
+
+
+def _publish_locked(run: Path) -> Published:
     params = runs.read_json(run / "params.json")
     status = runs.read_status(run)
-    if not params or "profile" not in params:
-        raise ValueError(f"{paths.display(run)} is not a run folder made by `compendium run` (no params.json with a profile)")
-    if not status:
-        raise ValueError(f"{paths.display(run)}/status.json lists no notebooks: nothing to publish")
-    out = Published(run=run)
-    for name, entry in status.items():
-        if entry.get("status") == runs.COMPLETED:
-            out.completed.append(name)
-        else:
-            out.not_completed[name] = entry.get("status", "unknown")
+    check_main_run(run, params, status)
+    out = Published(run=run, completed=list(status))
 
     # which notebook wrote each file last (notebooks run in the order status.json lists them)
     owner: dict[str, str] = {}
@@ -88,18 +339,14 @@ def publish(run: Path) -> Published:
         if len(parts) != 3 or parts[1] not in papers or parts[0] not in ("results", "figures"):
             continue  # e.g. figures/tour/...: not a paper's
         src = run / rel
-        if status[name].get("status") != runs.COMPLETED:
-            out.skipped_files.append(rel)
-            continue
         if not src.is_file():
-            raise FileNotFoundError(f"{paths.display(src)}: listed in status.json as written by {name}, but missing")
+            raise PublishError(f"{paths.display(src)}: listed in status.json as written by {name}, but missing")
         (new_results if parts[0] == "results" else new_figures)[parts[1]][parts[2]] = src
         writers[parts[1]].add(name)
 
     # read and check everything, build every table in memory
-    merged_tables: dict[str, str] = {}
-    published_info: dict[str, dict] = {}
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    changes: dict[str, bytes | Path | None] = {}
+    now = _now().isoformat(timespec="seconds")
     owners = {p: {c.notebook for c in loaded[p].claims.values() if c.notebook} for p in papers}
     for paper in papers:
         files = tables.result_files(paper)
@@ -112,38 +359,45 @@ def publish(run: Path) -> Published:
         info = tables.read_published(paper)
         mine = {n: status[n].get("status", "unknown") for n in status
                 if paper in _paper_of_notebook(n, papers, owners) or n in writers[paper]}
-        if not mine:  # the run did not include this paper's notebooks: its last publish stays as it was
-            published_info[paper] = info
-            merged_tables[paper] = tables.build_table(paper, results, info)
-            continue
-        last = {"run": run.name, "profile": params["profile"], "seed": params.get("seed"),
-                "time_utc": now, "git_revision": params.get("git_revision"),
-                "diff_sha256": params.get("diff_sha256"), "notebooks": mine}
-        per_profile = dict((info.get("notebooks") or {}).get(params["profile"], {}))
-        for n, st in mine.items():
-            per_profile[n] = {"status": st, "run": run.name, "time_utc": now}
-        info = {"last_publish": last,
-                "notebooks": {**(info.get("notebooks") or {}), params["profile"]: per_profile}}
-        published_info[paper] = info
-        merged_tables[paper] = tables.build_table(paper, results, info)
-
-    stale = {p: _stale_figures(p, new_figures[p], [n for n in out.completed
-                                                     if p in _paper_of_notebook(n, papers, owners) or n in writers[p]])
-             for p in papers}
-
-    # write: results, figures (stale ones removed), PUBLISHED.json, then the tables
-    for paper in papers:
-        for fname, src in sorted(new_results[paper].items()):
-            out.results.append(_copy(src, paths.results_dir(paper) / fname))
-        for fname, src in sorted(new_figures[paper].items()):
-            out.figures.append(_copy(src, paths.published_figures_dir(paper) / fname))
-        for path in stale[paper]:
-            path.unlink(missing_ok=True)
+        if mine:
+            last = {"run": run.name, "profile": params["profile"], "seed": params.get("seed"),
+                    "time_utc": now, "git_revision": params.get("git_revision"),
+                    "diff_sha256": params.get("diff_sha256"), "parameters": dict(params.get("parameters") or {}),
+                    "notebooks": mine}
+            per_profile = dict((info.get("notebooks") or {}).get(params["profile"], {}))
+            for n, st in mine.items():
+                per_profile[n] = {"status": st, "run": run.name, "time_utc": now}
+            info = {"last_publish": last,
+                    "notebooks": {**(info.get("notebooks") or {}), params["profile"]: per_profile}}
+            changes[f"{paper}/results/{tables.PUBLISHED}"] = _json_bytes(info)
+        for fname, src in new_results[paper].items():
+            changes[f"{paper}/results/{fname}"] = src
+            out.results.append(paths.results_dir(paper) / fname)
+        for fname, src in new_figures[paper].items():
+            changes[f"{paper}/figures/{fname}"] = src
+            out.figures.append(paths.published_figures_dir(paper) / fname)
+        notebooks = [n for n in out.completed if paper in _paper_of_notebook(n, papers, owners) or n in writers[paper]]
+        for path in _stale_figures(paper, new_figures[paper], notebooks):
+            changes[f"{paper}/figures/{path.name}"] = None
             out.removed.append(path)
-        if published_info[paper]:
-            atomic.write_json(paths.results_dir(paper) / tables.PUBLISHED, published_info[paper])
-    out.tables = tables.write_tables(merged_tables)
+        changes[f"{paper}/CLAIMS.md"] = tables.build_table(paper, results, info).encode("utf-8")
+        out.tables.append(paths.papers_dir() / paper / "CLAIMS.md")
+    switch(changes)
     return out
+
+
+def _json_bytes(obj) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8")
+
+
+def write_claims() -> list[Path]:
+    """Rebuild every ``papers/<paper>/CLAIMS.md`` from the published results (``compendium claims``),
+    under the lock and in one switch, like a publish."""
+    with lock("the claims tables (compendium claims)"):
+        _recover()
+        texts = {paper: tables.build_table(paper) for paper in _claims.paper_ids()}  # all built first
+        switch({f"{paper}/CLAIMS.md": text.encode("utf-8") for paper, text in texts.items()})
+    return [paths.papers_dir() / paper / "CLAIMS.md" for paper in texts]
 
 
 def _stale_figures(paper: str, new: dict[str, Path], notebooks: list[str]) -> list[Path]:
@@ -166,10 +420,3 @@ def _stale_figures(paper: str, new: dict[str, Path], notebooks: list[str]) -> li
         out |= {f[len(prefix):] for f in new if f.startswith(prefix) and f[len(prefix):] in existing
                 and f[len(prefix):] not in new}
     return [existing[f] for f in sorted(out)]
-
-
-def _copy(src: Path, dest: Path) -> Path:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with atomic.atomic_path(dest) as tmp:
-        shutil.copyfile(src, tmp)
-    return dest

@@ -84,37 +84,156 @@ def source_path(name: str) -> Path:
     return paths.notebooks_dir() / f"{resolve(name)}.py"
 
 
-def parameter_names(name: str) -> list[str]:
-    """The names the notebook's ``parameters`` cell assigns, in order."""
+def _parameters_cell(name: str):
     import jupytext
 
     nb = jupytext.read(source_path(name))
     cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", ())]
     if len(cells) != 1:
         raise ValueError(f"notebook '{resolve(name)}' needs exactly one cell tagged 'parameters', has {len(cells)}")
-    out = []
-    for node in ast.parse(cells[0].source).body:
+    return cells[0].source
+
+
+def parameter_defaults(name: str) -> dict[str, Any]:
+    """{name: default value} of the notebook's ``parameters`` cell, in order. A value that is not a
+    literal (an expression) is :data:`NOT_LITERAL`: its type is unknown, so no ``-p`` can set it."""
+    out: dict[str, Any] = {}
+    for node in ast.parse(_parameters_cell(name)).body:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
         for t in targets:
             if isinstance(t, ast.Name) and t.id not in out:
-                out.append(t.id)
+                try:
+                    out[t.id] = ast.literal_eval(node.value) if node.value is not None else NOT_LITERAL
+                except ValueError:
+                    out[t.id] = NOT_LITERAL
     return out
 
 
-def check_parameters(names: Iterable[str], parameters: dict[str, Any]) -> None:
-    """Refuse ``-p`` values the runner sets itself, and names a notebook's parameters cell lacks."""
-    for key in parameters:
+class _NotLiteral:
+    def __repr__(self) -> str:
+        return "<an expression>"
+
+
+NOT_LITERAL = _NotLiteral()
+
+
+def parameter_names(name: str) -> list[str]:
+    """The names the notebook's ``parameters`` cell assigns, in order."""
+    return list(parameter_defaults(name))
+
+
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _type_name(value: Any) -> str:
+    return "None" if value is None else type(value).__name__
+
+
+def convert_value(key: str, raw: str, default: Any, notebook: str) -> Any:
+    """``raw`` (the text of ``-p KEY=raw``) as a value of the type of ``default``, the notebook's own
+    value: int, float, bool, str, or a JSON list/dict/tuple; ValueError naming the parameter otherwise."""
+    where = f"-p {key}={raw}: notebook '{notebook}' declares {key} = {default!r}"
+    if default is NOT_LITERAL:
+        raise ValueError(f"{where}, an expression whose type cannot be known, so -p cannot set it")
+    if isinstance(default, bool):
+        low = raw.strip().lower()
+        if low in _TRUE or low in _FALSE:
+            return low in _TRUE
+        raise ValueError(f"{where} (bool); {raw!r} is not true/false (or 1/0, yes/no, on/off)")
+    if isinstance(default, int):
+        try:
+            return int(raw.strip())
+        except ValueError:
+            raise ValueError(f"{where} (int); {raw!r} is not an integer") from None
+    if isinstance(default, float):
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            raise ValueError(f"{where} (float); {raw!r} is not a number") from None
+        if value != value:
+            raise ValueError(f"{where} (float); NaN is not a value a notebook can be run with")
+        return value
+    if isinstance(default, str):
+        return raw
+    import json
+
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        kind = "a JSON value" if default is None else f"JSON for a {_type_name(default)}"
+        raise ValueError(f"{where}; {raw!r} is not {kind}") from None
+    if isinstance(default, tuple) and isinstance(value, list):
+        value = tuple(value)
+    if default is not None and not isinstance(value, type(default)):
+        raise ValueError(f"{where} ({_type_name(default)}); {raw!r} is a {_type_name(value)}")
+    return value
+
+
+def _check_type(key: str, value: Any, default: Any, notebook: str) -> None:
+    if default is NOT_LITERAL or default is None:
+        return
+    ok = (isinstance(value, bool) if isinstance(default, bool)
+          else isinstance(value, int) and not isinstance(value, bool) if isinstance(default, int)
+          else isinstance(value, (int, float)) and not isinstance(value, bool) if isinstance(default, float)
+          else isinstance(value, (list, tuple)) if isinstance(default, (list, tuple))
+          else isinstance(value, type(default)))
+    if not ok:
+        raise ValueError(f"parameter {key}={value!r} ({_type_name(value)}): notebook '{notebook}' declares "
+                         f"{key} = {default!r} ({_type_name(default)})")
+
+
+def _check_names(names: Iterable[str], keys: Iterable[str]) -> None:
+    keys = list(keys)
+    for key in keys:
         if key in RESERVED:
             raise ValueError(f"{key} cannot be set with -p; use {RESERVED[key]}")
     for name in names:
-        valid = parameter_names(name)
-        unknown = [k for k in parameters if k not in valid]
+        defaults = parameter_defaults(name)
+        unknown = [k for k in keys if k not in defaults]
         if unknown:
-            extra = [v for v in valid if v not in RESERVED]
+            extra = [v for v in defaults if v not in RESERVED]
             raise ValueError(
                 f"notebook '{resolve(name)}' has no parameter {', '.join(map(repr, unknown))}; its parameters cell "
                 f"defines {', '.join(extra) or 'nothing besides PROFILE, SEED and DEVICE'} "
                 f"(PROFILE, SEED and DEVICE are set with --profile, --seed and --device)")
+
+
+def check_parameters(names: Iterable[str], parameters: dict[str, Any]) -> None:
+    """Refuse ``-p`` values the runner sets itself, names a notebook's parameters cell lacks, and
+    values whose type differs from the notebook's own value (an int where it has an int, ...)."""
+    names = list(names)
+    _check_names(names, parameters)
+    for name in names:
+        defaults = parameter_defaults(name)
+        for key, value in parameters.items():
+            _check_type(key, value, defaults[key], resolve(name))
+
+
+def convert_parameters(names: Iterable[str], raw: dict[str, str]) -> dict[str, Any]:
+    """``-p NAME=VALUE`` texts converted to the types of the notebooks' parameters cells and checked
+    (:func:`check_parameters`); a parameter two notebooks declare with different types is refused."""
+    names = [resolve(n) for n in names]
+    _check_names(names, raw)  # names first: reserved or unknown
+    out: dict[str, Any] = {}
+    for key, text in raw.items():
+        seen: dict[str, Any] = {}
+        for name in names:
+            seen[name] = convert_value(key, text, parameter_defaults(name)[key], name)
+        values = list(seen.values())
+        if any(type(v) is not type(values[0]) or v != values[0] for v in values[1:]):
+            detail = ", ".join(f"{n}: {v!r}" for n, v in seen.items())
+            raise ValueError(f"-p {key}={text}: the notebooks declare {key} with different types ({detail}); "
+                             "run them separately")
+        out[key] = values[0]
+    check_parameters(names, out)
+    return out
+
+
+def check_seed(seed: Any) -> int:
+    """``seed`` as an int, or ValueError: seeds are non-negative integers."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"the seed must be a non-negative integer, got {seed!r}")
+    return int(seed)
 
 
 def _kernel_manager_class(env: dict[str, str]):
@@ -161,10 +280,11 @@ def run_notebook(
     name = resolve(name)
     profiles.check(profile)
     profiles.check_device(device)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
+    seed = check_seed(seed)
     parameters = dict(parameters or {})
     check_parameters([name], parameters)
+    if output_dir is not None:
+        output_dir = paths.check_output(output_dir)
     if run_dir is None:
         run_dir = runs.current() if os.environ.get(runs.RUN_ENV) else runs.create(
             profile, seed, device=device, parameters=parameters, notebooks=[name])
@@ -249,7 +369,10 @@ def run_many(
     from tqdm.auto import tqdm
 
     todo = [resolve(n) for n in names] if names else list_notebooks()
+    seed = check_seed(seed)
     check_parameters(todo, dict(parameters or {}))
+    if kwargs.get("output_dir") is not None:
+        kwargs["output_dir"] = paths.check_output(kwargs["output_dir"])
     if run_dir is None:
         run_dir = runs.create(profile, seed, device=device, parameters=parameters, notebooks=todo)
     done: list[RunResult] = []

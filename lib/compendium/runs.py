@@ -17,7 +17,6 @@ Only ``compendium run --publish`` copies anything from here into ``papers/`` (se
 """
 from __future__ import annotations
 
-import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
@@ -55,7 +54,9 @@ def create(profile: str, seed: int, *, device: str = "cpu", parameters: dict | N
     from compendium import profiles, provenance
 
     profiles.check(profile)
-    run = _unique(paths.runs_dir() / f"{_stamp()}-{profile}-s{int(seed)}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"the seed must be a non-negative integer, got {seed!r}")
+    run = _unique(paths.runs_dir() / f"{_stamp()}-{profile}-s{seed}")
     params = {
         "kind": "runner",
         "profile": profile,
@@ -114,7 +115,9 @@ def figures_dir(paper: str | None = None, run: Path | None = None) -> Path:
 
 
 def read_json(path: Path) -> dict:
-    return json.loads(Path(path).read_text(encoding="utf-8")) if Path(path).exists() else {}
+    """A run folder's JSON file ({} when absent); :class:`compendium.atomic.JSONFileError` naming the
+    file when it is damaged."""
+    return atomic.read_json(path) if Path(path).exists() else {}
 
 
 def update_params(run: Path, **values: Any) -> None:

@@ -7,6 +7,22 @@ import pytest
 from ledger_demo import make_root
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "determinism: executes every notebook twice at one seed and compares what they recorded "
+                   "(make test-determinism); deselected unless -m names it")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The determinism tests run only when asked for (``-m determinism``): they take one to two hours."""
+    if "determinism" in (config.getoption("markexpr") or ""):
+        return
+    drop = [item for item in items if item.get_closest_marker("determinism")]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [item for item in items if not item.get_closest_marker("determinism")]
+
+
 @pytest.fixture
 def demo_root(tmp_path, monkeypatch):
     """A compendium with the demo paper and no notebooks; its own build/ folder; no run folder set."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -59,7 +60,8 @@ DEMO_CLAIMS = textwrap.dedent("""\
         check: {quantity: ok, op: is, threshold: true, assert_at: [cpu]}
     """)
 
-PARAMS = '# %% tags=["parameters"]\nPROFILE = "cpu"\nSEED = 0\nDEVICE = "cpu"\nLABEL = "none"\n'
+PARAMS = ('# %% tags=["parameters"]\nPROFILE = "cpu"\nSEED = 0\nDEVICE = "cpu"\nLABEL = "none"\nN = 3\n'
+          'RATE = 0.5\nFLAG = False\n')
 
 #: notebooks that run in real kernels (tests/compendium/test_runner.py)
 KERNEL_NOTEBOOKS = {
@@ -97,8 +99,11 @@ KERNEL_NOTEBOOKS = {
 
 
 def make_root(root: Path, notebooks: dict[str, str] | None = None) -> Path:
+    """The demo compendium in ``root``, committed to a git repository of its own (runs record its
+    revision, and only a run from a known code state publishes)."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "pyproject.toml").write_text("")
+    (root / ".gitignore").write_text("build/\n/.publish.lock\n/.papers.publish-*/\nseen.txt\n")
     (root / "papers" / "demo").mkdir(parents=True)
     (root / "papers" / "demo" / "claims.yaml").write_text(DEMO_CLAIMS)
     (root / "notebooks").mkdir()
@@ -106,6 +111,9 @@ def make_root(root: Path, notebooks: dict[str, str] | None = None) -> Path:
         path = root / "notebooks" / f"{name}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"# %% [markdown]\n# # {name}\n\n{PARAMS}\n# %%\n{textwrap.dedent(body)}")
+    git = ["git", "-c", "user.name=demo", "-c", "user.email=demo@example.org", "-c", "commit.gpgsign=false"]
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "demo compendium"]):
+        subprocess.run([*git, *cmd], cwd=root, check=True, capture_output=True)
     return root
 
 

@@ -1,5 +1,6 @@
-"""Publishing: only completed notebooks reach papers/, and the claims tables are rebuilt all or
-nothing (no kernels here: the notebooks' work is done in-process inside a run folder)."""
+"""Publishing: a complete main run reaches papers/, and the claims tables are rebuilt all or
+nothing (no kernels here: the notebooks' work is done in-process inside a run folder). Refusals,
+interruptions, a full disk and concurrent publishers: test_publish_safety.py."""
 from __future__ import annotations
 
 import json
@@ -50,6 +51,22 @@ def _bad():
     raise AssertionError("the notebook fails after recording")
 
 
+def _loss():
+    claims.conclude(claims.Measurement("demo/loss", {"loss": 2.5}), profile="cpu", seed=0)
+    _figure("demo/bad")
+
+
+def _plain():
+    claims.conclude(claims.Measurement("demo/plain", {"size": 3}), profile="cpu", seed=0)
+
+
+def complete_run(run, good=_good, loss=_loss, plain=_plain):
+    """Every notebook of the demo compendium run into ``run`` and completed: a complete main run."""
+    _as_notebook(run, "demo/01_good", runs.COMPLETED, good)
+    _as_notebook(run, "demo/02_bad", runs.COMPLETED, loss)
+    _as_notebook(run, "demo/03_dies", runs.COMPLETED, plain)
+
+
 def test_savefig_returns_a_path_relative_to_the_root(run_dir, demo_root):
     path = _figure("demo/curve")
     assert path == f"build/runs/{run_dir.name}/figures/demo/curve.png" and repr(path) == str(path)
@@ -59,49 +76,51 @@ def test_savefig_returns_a_path_relative_to_the_root(run_dir, demo_root):
         _figure("../escape")
 
 
-def test_publish_copies_only_completed_notebooks_and_marks_the_failed(run_dir, demo_root):
-    _as_notebook(run_dir, "demo/01_good", runs.COMPLETED, _good)
-    _as_notebook(run_dir, "demo/02_bad", runs.FAILED, _bad)
-    runs.set_status(run_dir, "demo/03_dies", status=runs.NOT_RUN)
-    assert (run_dir / "results" / "demo" / "loss.cpu.json").exists()  # recorded, then the notebook failed
+def test_publish_of_a_complete_main_run(run_dir, demo_root):
+    complete_run(run_dir)
     assert not (demo_root / "papers" / "demo" / "results").exists()    # nothing published yet
-
     out = publish.publish(run_dir)
     results = demo_root / "papers" / "demo" / "results"
-    assert sorted(p.name for p in results.iterdir()) == ["PUBLISHED.json", "gain.cpu.json"]
+    assert sorted(p.name for p in results.iterdir()) == ["PUBLISHED.json", "gain.cpu.json", "loss.cpu.json",
+                                                           "plain.cpu.json"]
     figures = demo_root / "papers" / "demo" / "figures"
-    assert sorted(p.name for p in figures.iterdir()) == ["gain_curve.csv", "good.png"]
-    assert out.completed == ["demo/01_good"] and out.not_completed == {"demo/02_bad": "failed", "demo/03_dies": "not run"}
+    assert sorted(p.name for p in figures.iterdir()) == ["bad.png", "gain_curve.csv", "good.png"]
+    assert out.completed == ["demo/01_good", "demo/02_bad", "demo/03_dies"]
     info = json.loads((results / "PUBLISHED.json").read_text())
-    assert info["last_publish"]["notebooks"] == {"demo/01_good": "completed", "demo/02_bad": "failed",
-                                                 "demo/03_dies": "not run"}
+    assert info["last_publish"]["notebooks"] == {n: "completed" for n in out.completed}
+    assert info["last_publish"]["parameters"] == {} and info["last_publish"]["run"] == run_dir.name
+    assert info["last_publish"]["git_revision"] == json.loads((run_dir / "params.json").read_text())["git_revision"]
     table = (demo_root / "papers" / "demo" / "CLAIMS.md").read_text()
     rows = {line.split(" | ")[0][2:]: line for line in table.splitlines() if line.startswith("| ") and " | " in line}
     assert "**holds**" in rows["gain"] and "7.5 %" in rows["gain"] and "16.6 % (brief)" in rows["gain"]
-    assert "⚠" not in rows["gain"]
-    assert "not run" in rows["loss"] and f"⚠ notebook failed in run {run_dir.name}" in rows["loss"]
-    assert f"⚠ notebook not run in run {run_dir.name}" in rows["plain"]
+    assert not any("⚠" in row for row in rows.values())
+    assert "**measured only**" in rows["plain"]
     assert "gain >= 5 and ci_low > 0" in rows["gain"]
     for verdict in ("**holds**", "**does not hold**", "**inconclusive**", "**measured only**", "*not run*"):
         assert verdict in table  # the legend
+    # nothing is left beside papers/, and the lock file says nobody holds it
+    assert sorted(p.name for p in demo_root.iterdir() if p.name.startswith(".p")) == [".publish.lock"]
+    assert (demo_root / ".publish.lock").read_text() == ""
 
 
-def test_a_later_failure_keeps_the_earlier_value_and_says_so(run_dir, demo_root, monkeypatch):
-    _as_notebook(run_dir, "demo/01_good", runs.COMPLETED, _good)
+def test_a_run_with_a_failed_notebook_is_refused_and_the_published_values_stay(run_dir, demo_root, monkeypatch):
+    complete_run(run_dir)
     publish.publish(run_dir)
-    second = runs.create("cpu", 0)
+    before = tree_digest(demo_root / "papers")
+    second = runs.create("cpu", 0, notebooks=["demo/01_good", "demo/02_bad", "demo/03_dies"])
     monkeypatch.setenv("COMPENDIUM_RUN_DIR", str(second))
 
     def fails():
         claims.conclude(claims.Measurement("demo/gain", {**GOOD, "gain": 1.0}), profile="cpu", seed=0)
         raise AssertionError
 
+    complete_run(second)
     _as_notebook(second, "demo/01_good", runs.FAILED, fails)
-    publish.publish(second)
+    with pytest.raises(publish.NotAMainRun, match=r"1 notebook\(s\) did not complete: demo/01_good \(failed\)"):
+        publish.publish(second)
+    assert tree_digest(demo_root / "papers") == before
     e = json.loads((demo_root / "papers" / "demo" / "results" / "gain.cpu.json").read_text())
     assert e["value"] == 7.5 and e["run"] == run_dir.name  # the failed run's 1.0 was not published
-    row = next(l for l in (demo_root / "papers/demo/CLAIMS.md").read_text().splitlines() if l.startswith("| gain "))
-    assert f"⚠ notebook failed in run {second.name} (value from run {run_dir.name})" in row
 
 
 def test_inconclusive_row_names_the_failed_precondition(run_dir, demo_root):
@@ -109,7 +128,7 @@ def test_inconclusive_row_names_the_failed_precondition(run_dir, demo_root):
         with pytest.raises(AssertionError, match="got 'inconclusive'"):
             claims.conclude(claims.Measurement("demo/gain", {**GOOD, "context_effect": 0.01}), profile="cpu", seed=0)
 
-    _as_notebook(run_dir, "demo/01_good", runs.COMPLETED, work)
+    complete_run(run_dir, good=work)
     publish.publish(run_dir)
     row = next(l for l in (demo_root / "papers/demo/CLAIMS.md").read_text().splitlines() if l.startswith("| gain "))
     assert "**inconclusive**: failed `uses-context` (the output depends on context beyond the last token; " \
@@ -126,18 +145,18 @@ def test_inconclusive_row_names_the_failed_precondition(run_dir, demo_root):
 ])
 def test_a_malformed_result_is_named_and_nothing_is_half_written(run_dir, demo_root, monkeypatch, content, problem):
     # a first, good publish
-    _as_notebook(run_dir, "demo/01_good", runs.COMPLETED, _good)
+    complete_run(run_dir)
     publish.publish(run_dir)
     before = tree_digest(demo_root / "papers")
-    # a second run whose completed notebook left a corrupt result beside a good one
-    second = runs.create("cpu", 0)
+    # a second complete run whose notebook left a corrupt result beside a good one
+    second = runs.create("cpu", 0, notebooks=["demo/01_good", "demo/02_bad", "demo/03_dies"])
 
     def work():
         claims.conclude(claims.Measurement("demo/plain", {"size": 3}), profile="cpu", seed=0)
         (second / "results" / "demo" / "gain.cpu.json").write_text(content)
 
     monkeypatch.setenv("COMPENDIUM_RUN_DIR", str(second))
-    _as_notebook(second, "demo/01_good", runs.COMPLETED, work)
+    complete_run(second, good=work)
     with pytest.raises(tables.ResultsFileError, match=rf"{second.name}/results/demo/gain.cpu.json.*{problem}"):
         publish.publish(second)
     assert tree_digest(demo_root / "papers") == before, "a failed publish changed papers/"
@@ -175,11 +194,11 @@ def test_a_value_judged_without_the_check_says_so(demo_root):
 def test_cli_publish_of_an_existing_run_folder(run_dir, demo_root, capsys):
     from compendium import cli
 
-    _as_notebook(run_dir, "demo/01_good", runs.COMPLETED, _good)
+    complete_run(run_dir)
     assert cli.main(["publish", str(run_dir)]) == 0
-    assert f"published run build/runs/{run_dir.name}: 1 result(s), 2 figure file(s)" in capsys.readouterr().out
+    assert f"published run build/runs/{run_dir.name}: 3 result(s), 3 figure file(s)" in capsys.readouterr().out
     assert (demo_root / "papers" / "demo" / "results" / "gain.cpu.json").exists()
-    with pytest.raises(ValueError, match="is not a run folder made by `compendium run`"):
+    with pytest.raises(publish.NotAMainRun, match="is not a run folder made by `compendium run`"):
         publish.publish(demo_root / "build")
 
 
@@ -230,16 +249,16 @@ def test_publish_removes_the_figures_a_republished_notebook_replaced(run_dir, de
         _good()
         _figure("demo/curve")
 
-    def bad():  # fails: its figures stay as they were, even those starting with its number
+    def loss():  # writes 02_theirs.png again: the new one replaces the old
         monkeypatch.setenv(runs.NOTEBOOK_ENV, "demo/02_bad")
+        _loss()
         _figure("demo/theirs")
-        raise AssertionError
 
-    _as_notebook(run_dir, "demo/01_good", runs.COMPLETED, good)
-    _as_notebook(run_dir, "demo/02_bad", runs.FAILED, bad)
+    complete_run(run_dir, good=good, loss=loss)
     out = publish.publish(run_dir)
     assert sorted(p.name for p in published.iterdir()) == [
-        "01_curve.png", "01_gain_curve.csv", "01_good.png", "02_theirs.png", "curve_b.png", "unrelated.png"]
+        "01_curve.png", "01_gain_curve.csv", "01_good.png", "02_bad.png", "02_theirs.png", "curve_b.png",
+        "unrelated.png"]
     assert sorted(p.name for p in out.removed) == ["01_dropped.png", "curve.png", "gain_curve.csv"]
-    assert (published / "02_theirs.png").read_bytes() == b"old"
+    assert (published / "02_theirs.png").read_bytes() != b"old"
     assert "3 stale figure file(s) removed" in out.summary()

@@ -36,12 +36,14 @@ def test_list_and_resolve(kernel_root):
 
 
 def test_parameters_are_read_from_the_parameters_cell(kernel_root):
-    assert runner.parameter_names("01_good") == ["PROFILE", "SEED", "DEVICE", "LABEL"]
+    assert runner.parameter_names("01_good") == ["PROFILE", "SEED", "DEVICE", "LABEL", "N", "RATE", "FLAG"]
+    assert runner.parameter_defaults("01_good") == {"PROFILE": "cpu", "SEED": 0, "DEVICE": "cpu", "LABEL": "none",
+                                                    "N": 3, "RATE": 0.5, "FLAG": False}
     runner.check_parameters(["demo/01_good"], {"LABEL": "x"})
     with pytest.raises(ValueError, match=r"SEED cannot be set with -p; use --seed"):
         runner.check_parameters(["demo/01_good"], {"SEED": 3})
     with pytest.raises(ValueError, match=r"notebook 'demo/01_good' has no parameter 'LABLE'; its parameters cell "
-                                         r"defines LABEL \(PROFILE, SEED and DEVICE are set with"):
+                                         r"defines LABEL, N, RATE, FLAG \(PROFILE, SEED and DEVICE are set with"):
         runner.check_parameters(["demo/01_good", "demo/02_bad"], {"LABLE": "x"})
 
 
@@ -52,7 +54,7 @@ def test_parameters_are_read_from_the_parameters_cell(kernel_root):
     (["run", "--device", "cuda:x"], "unknown device 'cuda:x'"),
     (["run", "-p", "PROFILE=paper"], "PROFILE cannot be set with -p; use --profile"),
     (["run", "-p", "DEVICE=cuda"], "DEVICE cannot be set with -p; use --device"),
-    (["run", "01_good", "-p", "NOPE=1"], "has no parameter 'NOPE'; its parameters cell defines LABEL"),
+    (["run", "01_good", "-p", "NOPE=1"], "has no parameter 'NOPE'; its parameters cell defines LABEL, N"),
     (["run", "01_good", "--publish"], "only a complete main run may do"),
 ])
 def test_cli_rejects_bad_arguments_before_running_anything(kernel_root, capsys, args, message):
@@ -69,40 +71,36 @@ def test_the_module_entry_point(kernel_root):
 
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory):
-    """All three notebooks with --keep-going --publish; papers/ is fingerprinted just before publishing."""
+    """All three notebooks with --keep-going (one completes, one raises, one kills its kernel), then
+    `compendium publish` of that run, which must refuse it; papers/ is fingerprinted at each step."""
     import contextlib
     import io
 
-    from compendium import publish
-
     root = make_root(tmp_path_factory.mktemp("kernels") / "root", KERNEL_NOTEBOOKS)
-    seen = {}
-    real_publish = publish.publish
-
-    def spying_publish(run):
-        seen["papers_before_publish"] = tree_digest(root / "papers")
-        return real_publish(run)
-
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COMPENDIUM_ROOT", str(root))
         mp.setenv("COMPENDIUM_OUTPUT", str(root / "build"))
         mp.delenv("COMPENDIUM_RUN_DIR", raising=False)
         mp.delenv("COMPENDIUM_NOTEBOOK", raising=False)
-        mp.setattr(publish, "publish", spying_publish)
         papers_at_start = tree_digest(root / "papers")
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            code = cli.main(["run", "--keep-going", "--publish", "--seed", "7", "-p", "LABEL=hello"])
-    (run,) = sorted((root / "build" / "runs").iterdir())
-    return {"root": root, "papers_at_start": papers_at_start, **seen, "code": code, "stdout": buf.getvalue(),
-            "run": run}
+            code = cli.main(["run", "--keep-going", "--seed", "7", "-p", "LABEL=hello"])
+        papers_after_run = tree_digest(root / "papers")
+        (run,) = sorted((root / "build" / "runs").iterdir())
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            publish_code = cli.main(["publish", str(run)])
+    return {"root": root, "papers_at_start": papers_at_start, "papers_after_run": papers_after_run, "code": code,
+            "stdout": buf.getvalue(), "run": run, "publish_code": publish_code, "publish_err": err.getvalue(),
+            "papers_after_publish": tree_digest(root / "papers")}
 
 
 @pytest.mark.slow
 @pytest.mark.notebook
 def test_running_notebooks_leaves_papers_untouched_until_publish(real_run):
-    # 02_bad recorded its claim and then raised; until publish, papers/ had not changed
-    assert real_run["papers_before_publish"] == real_run["papers_at_start"]
+    # 02_bad recorded its claim and then raised; running changed nothing in papers/
+    assert real_run["papers_after_run"] == real_run["papers_at_start"]
     assert (real_run["run"] / "results" / "demo" / "loss.cpu.json").exists()  # recorded, in the run folder only
     status = json.loads((real_run["run"] / "status.json").read_text())["notebooks"]
     assert "cell 3: RuntimeError: the notebook fails after recording" in status["demo/02_bad"]["error"]
@@ -129,16 +127,14 @@ def test_dead_kernel_is_a_failure_and_the_summary_is_printed(real_run):
 
 @pytest.mark.slow
 @pytest.mark.notebook
-def test_publish_takes_only_the_completed_notebook(real_run):
-    root, run = real_run["root"], real_run["run"]
-    results = root / "papers" / "demo" / "results"
-    assert sorted(p.name for p in results.iterdir()) == ["PUBLISHED.json", "gain.cpu.json"]
-    assert json.loads((results / "gain.cpu.json").read_text())["notebook"] == "demo/01_good"
-    table = (root / "papers" / "demo" / "CLAIMS.md").read_text()
-    rows = {line.split(" | ")[0][2:]: line for line in table.splitlines() if line.startswith("| ")}
-    assert "**holds**" in rows["gain"]
-    assert f"⚠ notebook failed in run {run.name}" in rows["loss"]
-    assert f"⚠ notebook failed in run {run.name}" in rows["plain"]
+def test_a_run_with_failures_and_a_parameter_is_not_published(real_run):
+    err = real_run["publish_err"]
+    assert real_run["publish_code"] == 1
+    assert f"not published: build/runs/{real_run['run'].name} is not a complete main run" in err
+    assert "2 notebook(s) did not complete: demo/02_bad (failed), demo/03_dies (failed)" in err
+    assert "it set notebook parameters away from their defaults (LABEL='hello')" in err
+    assert real_run["papers_after_publish"] == real_run["papers_at_start"]
+    assert not (real_run["root"] / "papers" / "demo" / "results").exists()
 
 
 @pytest.mark.slow

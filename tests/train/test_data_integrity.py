@@ -52,7 +52,8 @@ def test_flipped_tokens_in_the_cache_are_detected_and_rebuilt(tmp_path):
 
 @pytest.fixture
 def data_copy(tmp_path, monkeypatch):
-    """A data/ folder of links to the real files, with the real SHA256SUMS (COMPENDIUM_DATA)."""
+    """A data/ folder of hard links to the real files (data are never read through symbolic links),
+    with a copy of the real SHA256SUMS (COMPENDIUM_DATA)."""
     real = paths.data_dir()
     copy = tmp_path / "data"
     for f in sorted(real.rglob("*")):
@@ -62,7 +63,10 @@ def data_copy(tmp_path, monkeypatch):
             if f.name == "SHA256SUMS":
                 shutil.copy(f, dst)
             else:
-                dst.symlink_to(f)
+                try:
+                    os.link(f, dst)
+                except OSError:
+                    shutil.copy(f, dst)
     monkeypatch.setenv("COMPENDIUM_DATA", str(copy))
     return copy
 

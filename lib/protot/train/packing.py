@@ -10,8 +10,9 @@ memory-mapped and reused. The JSON beside each stream records the sha256 of the 
 truncated file) or that has no recorded sha256 is rebuilt from the sources, with a warning.
 
 Only files listed in ``data/SHA256SUMS``, with the listed sha256, are read: an extra file that a
-training-mix pattern would match (e.g. ``corpus/en/openstax_extra.jsonl.gz``) or a modified one is
-refused (:class:`UnlistedDataError`) instead of silently changing what is trained on.
+training-mix pattern would match (e.g. ``corpus/en/openstax_extra.jsonl.gz``), a symbolic link or a
+modified file is refused (:class:`UnlistedDataError`, the rule of :func:`compendium.data.check_files`)
+instead of silently changing what is trained on.
 
 Training reads the stream as non-overlapping blocks of ``context`` tokens. Which blocks form the
 batch of optimiser step ``s`` is a pure function of (seed, s): global sample ``g = s * B + j``
@@ -54,46 +55,15 @@ def file_sha256(path: Path) -> str:
     return _cached_file_sha256(str(path), st.st_mtime_ns, st.st_size)
 
 
-class UnlistedDataError(ValueError):
-    """A data file is not listed in data/SHA256SUMS, or differs from its listed sha256."""
-
-
-@lru_cache(maxsize=8)
-def _listed(sums_path: str, mtime_ns: int, size: int) -> dict[str, str]:
-    out = {}
-    for line in Path(sums_path).read_text().splitlines():
-        if not line.strip():
-            continue
-        digest, _, name = line.partition(" ")
-        name = name.lstrip(" *")
-        out[name[2:] if name.startswith("./") else name] = digest.lower()
-    return out
+#: A data file is not listed in data/SHA256SUMS, is missing or a symbolic link, or differs from its
+#: listed sha256 (the rule of :func:`compendium.data.check_files`, shared by every reader of data/).
+UnlistedDataError = data.DataFileError
 
 
 def check_listed(files) -> None:
-    """Refuse data files that data/SHA256SUMS does not list, or whose sha256 differs from the listed one."""
-    root = paths.data_dir()
-    sums = root / "SHA256SUMS"
-    if not sums.is_file():
-        raise UnlistedDataError(f"{sums} is missing: it lists the data files that may be read. "
-                                "Restore it with `git checkout -- data/SHA256SUMS`.")
-    st = sums.stat()
-    listed = _listed(str(sums), st.st_mtime_ns, st.st_size)
-    for f in files:
-        f = Path(f)
-        try:
-            rel = f.relative_to(root).as_posix()
-        except ValueError:
-            rel = f.resolve().relative_to(root.resolve()).as_posix()
-        if rel not in listed:
-            raise UnlistedDataError(
-                f"data/{rel} is not listed in data/SHA256SUMS: it is not part of the compendium's data, and "
-                "reading it would change the training/evaluation text. Remove it (or, if it belongs, add it to "
-                "data/SHA256SUMS and data/MANIFEST.md).")
-        if file_sha256(f) != listed[rel]:
-            raise UnlistedDataError(
-                f"data/{rel} does not match its sha256 in data/SHA256SUMS (modified or damaged). Restore it "
-                f"with `git checkout -- data/{rel}` (`make check-data` checks every file).")
+    """Refuse data files that data/SHA256SUMS does not list, that are symbolic links, or whose sha256
+    differs from the listed one (:func:`compendium.data.check_files`)."""
+    data.check_files(files)
 
 
 def source_key(split: str, lang: str = "en", tokenizer_path: Path | None = None,

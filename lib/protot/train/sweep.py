@@ -1,10 +1,16 @@
 """Running several trainings for a notebook, reading their metrics, fitting scaling trends.
 
-A run folder is reused when it already holds a finished run of the same config (its
-``summary.json`` exists and ``config.json`` matches), so re-executing a notebook is cheap.
+A run folder is reused when it already holds a finished run of the same config made the same way:
+its ``summary.json`` exists, ``config.json`` matches, and its ``reuse.json`` records the same
+:func:`reuse_key` (the code that trains and evaluates, the data, the tokenizer, torch's version and
+thread count). Training itself is deterministic at a seed on the CPU (a fixed batch order, seeded
+initialisation, one thread count), so a reused run holds exactly the numbers a new one would
+compute; a run made by other code (before a change to a model, the loss or the trainer) is trained
+again instead of being reused, which is what made two runs at one seed record different numbers.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import shutil
@@ -12,21 +18,73 @@ from pathlib import Path
 
 import numpy as np
 
+from compendium import atomic
 from protot.train.config import TrainConfig
 from protot.train.trainer import read_metrics, train
 
 
+#: The modules whose code determines a training's numbers (a package: every .py file in it).
+TRAINING_CODE = ("protot.models", "protot.mixer", "kernels.proto_mixer", "protot.train.trainer",
+                 "protot.train.packing", "protot.train.evaluate", "protot.train.config",
+                 "protot.train.checkpoint", "protot.train.tokenizer")
+REUSE_FILE = "reuse.json"
+
+
+def code_fingerprint(modules: tuple[str, ...] = TRAINING_CODE) -> str:
+    """sha256 (16 hex digits) of the source of ``modules``."""
+    import importlib
+
+    h = hashlib.sha256()
+    for name in modules:
+        path = Path(importlib.import_module(name).__file__)
+        files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+        for f in files:
+            h.update(f"{name}:{f.relative_to(path.parent).as_posix()}\0".encode() + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def reuse_key(cfg: TrainConfig, threads: int | None = None, device: str | None = None) -> dict:
+    """What besides the config decides a run's numbers: the training code, the data and tokenizer,
+    torch's version, the device and the thread count it trains with."""
+    import torch
+
+    from protot.train import packing
+    from protot.train import tokenizer as tk
+
+    data_key = (f"fineweb-edu:{cfg.tokens}" if cfg.data == "fineweb-edu" else
+                packing.source_key("train", cfg.lang)[0] + "+" + packing.source_key("validation", cfg.lang)[0])
+    return {"code": code_fingerprint(), "data": data_key, "tokenizer": tk.tokenizer_hash(), "torch": torch.__version__,
+            "device": str(device or "cpu"), "threads": int(threads or torch.get_num_threads())}
+
+
+def reusable(cfg: TrainConfig, out: str | Path, key: dict) -> bool:
+    """Whether ``out`` holds a finished run of ``cfg`` made with ``key`` (:func:`reuse_key`)."""
+    out = Path(out)
+    if not ((out / "summary.json").exists() and (out / "config.json").exists() and (out / REUSE_FILE).exists()):
+        return False
+    try:
+        saved = json.loads((out / "config.json").read_text())["train"]
+        return TrainConfig.from_dict(saved) == cfg and json.loads((out / REUSE_FILE).read_text()) == key
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def run(cfg: TrainConfig, out: str | Path, *, reuse: bool = True, threads: int | None = None,
         device: str | None = None) -> Path:
-    """Train ``cfg`` into ``out`` (reusing a finished identical run); return ``out``."""
+    """Train ``cfg`` into ``out`` (reusing a finished run of it made the same way, see the module
+    docstring); return ``out``."""
+    import torch
+
     out = Path(out)
-    if reuse and (out / "summary.json").exists() and (out / "config.json").exists():
-        saved = json.loads((out / "config.json").read_text())["train"]
-        if TrainConfig.from_dict(saved) == cfg:
-            return out
+    if threads:
+        torch.set_num_threads(threads)
+    key = reuse_key(cfg, threads, device)
+    if reuse and reusable(cfg, out, key):
+        return out
     if out.exists():
         shutil.rmtree(out)
     train(cfg, out, progress=False, threads=threads, device=device)
+    atomic.write_json(out / REUSE_FILE, key)
     return out
 
 
