@@ -135,3 +135,15 @@ def test_export_manifest_says_how_to_reproduce(exported, tracked_unchanged):
     parsed = cli.config_from_args(parser.parse_args(args[3:]), parser)
     assert parsed.identity() == TrainConfig.from_dict(man["train_config"]).identity()
     assert shlex.split(export_cmd)[3:] == ["export", str(run), "tiny", "--force"]
+
+
+def test_a_damaged_manifest_is_named(tmp_path, monkeypatch):
+    from compendium.atomic import JSONFileError
+    from protot.train import pretrained
+
+    folder = tmp_path / "models" / "cut"
+    folder.mkdir(parents=True)
+    (folder / "MANIFEST.json").write_text('{"name": "cut", "arch": ')     # cut short
+    monkeypatch.setattr(pretrained, "models_dir", lambda: tmp_path / "models")
+    with pytest.raises(JSONFileError, match="MANIFEST.json.*not valid JSON"):
+        pretrained.manifest("cut")

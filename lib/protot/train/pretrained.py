@@ -74,7 +74,9 @@ def manifest(name: str) -> dict:
     path = models_dir() / name / "MANIFEST.json"
     if not path.exists():
         raise FileNotFoundError(f"no committed model {name!r} (looked for {path}); available: {available() or 'none'}")
-    return json.loads(path.read_text())
+    from compendium.atomic import read_json
+
+    return read_json(path)      # a damaged manifest: an error naming the file
 
 
 def describe(name: str) -> str:
