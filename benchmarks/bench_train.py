@@ -5,8 +5,11 @@ trainer's AdamW) of ``protot.models.build_model(arch, size, 12288)`` (our BPE's 
 fixed number of tokens per step at every context (batch = tokens_per_step // context), with the
 loss computed two ways: ``plain`` (logits, then cross-entropy: what every step did before) and
 ``fused`` (``return_logits=False``: the loss fused with the output projection in row chunks, what
-protot.train uses now). ProtoT's default is the trained variant (shared keys, past-only write, SwiGLU
-792 wide: non-embedding parameters matched to LLaMA's).
+protot.train uses now). Both models as the authors' recipe trains them (protot.train.config
+"authors-small"): ProtoT the authors' variant (the default), LLaMA with the authors' backbone (dropout
+0.1, untied head; non-embedding parameters matched to ProtoT's), the recipe's optimiser; dropout is
+active (training mode). ``--set variant=compendium-v1`` (with its other fields) measures the earlier
+variant.
 
 In the same run, between the steps, a 2048 x 2048 float32 matmul is timed; the utilisation of a
 step is (training FLOPs per token x tokens/s) / (matmul FLOP/s), FLOPs by the convention of
@@ -32,11 +35,11 @@ import torch
 from compendium import atomic, provenance
 from protot.flops import training_flops_per_token
 from protot.models import build_model, count_parameters
-from protot.train.config import PROFILES
+from protot.train.config import PROFILES, recipe_model_overrides
 from protot.train.trainer import make_optimizer
 
 VOCAB = 12288
-PROTOT_VARIANT = {"shared_keys": True, "include_current": False, "intermediate_size": 792}
+RECIPE = "authors-small"
 GOAL_UTILISATION = 0.65
 
 
@@ -54,10 +57,10 @@ def matmul_timer(n: int = 2048):
 
 def step_timer(arch: str, size: str, context: int, batch: int, loss: str, overrides: dict):
     torch.manual_seed(0)
-    kw = {**(PROTOT_VARIANT if arch == "protot" else {}), **overrides}
+    cfg = PROFILES[RECIPE]
+    kw = {**recipe_model_overrides(cfg.recipe, arch), **overrides}
     model = build_model(arch, size, VOCAB, max_position_embeddings=context, **kw)
     model.train()
-    cfg = PROFILES["cpu-small"]
     opt = make_optimizer(cfg, model)
     x = torch.randint(0, VOCAB, (batch, context), generator=torch.Generator().manual_seed(0))
     return_logits = loss == "plain"
@@ -146,7 +149,7 @@ def main(argv=None):
     rows = bench(a.size, a.contexts, a.tokens, a.steps, a.warmup, a.losses, overrides)
     fused_256 = [s for r in rows if r["context"] == 256 for s in r["steps"] if s["loss"] == "fused"]
     result = {"benchmark": "cpu training speed: utilisation vs a matmul, ProtoT vs LLaMA", "size": a.size,
-              "vocab": VOCAB, "threads": torch.get_num_threads(), "protot_variant": PROTOT_VARIANT,
+              "vocab": VOCAB, "threads": torch.get_num_threads(), "recipe": RECIPE, "protot_variant": overrides.get("variant", "authors"),
               "overrides": overrides, "flop_convention": "protot.flops (6 N + mixer/attention term)",
               "rows": rows,
               "goals": {"utilisation_fused_context_256": f">= {GOAL_UTILISATION}",
