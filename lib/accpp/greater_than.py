@@ -28,6 +28,7 @@ import networkx as nx
 import torch
 
 from accpp.datasets import load_templates
+from accpp.seeding import TokenSet
 from accpp.trace import Circuit, Tracer
 
 __all__ = ["YearTokenization", "GTPrompt", "year_mode", "digit_ids", "pair_ids", "make_prompt", "gt_prompts",
@@ -216,7 +217,10 @@ def trace_target(tokenizer, p: GTPrompt) -> tuple[torch.Tensor, list[int], list[
 def trace_gt(tracer: Tracer, p: GTPrompt) -> Circuit:
     """ACC++ circuit of the year comparison; positions and the prompt go into ``meta``."""
     ids, correct, wrong = trace_target(tracer.tokenizer, p)
-    c = tracer.trace(ids, correct, wrong)
+    if tracer.config.seeding == "prob":  # the support: the later years' tokens, no counterfactual
+        c = tracer.trace(ids, TokenSet(correct))
+    else:
+        c = tracer.trace(ids, TokenSet(correct), TokenSet(wrong))
     c.meta.update(text=p.text, noun=p.noun, century=p.century, yy=p.yy, mode=p.mode,
                   pos={"yy": list(p.pos["yy"]), "end": len(ids) - 1})
     return c
@@ -391,7 +395,7 @@ def head_dla(tracer: Tracer, prompts: list[GTPrompt]) -> torch.Tensor:
         dec = tracer.decompose(ids)
         pos = dec.T - 1
         vecs, labels = dec.components(L, pos)
-        direction, _ = answer_direction(arch, dec, correct, wrong, pos)
+        direction, _ = answer_direction(arch, dec, TokenSet(correct), TokenSet(wrong), pos)
         proj = vecs @ direction
         head = labels[:, 0] == KIND_HEAD
         total.index_put_((labels[head, 1], labels[head, 2]), proj[head], accumulate=True)
