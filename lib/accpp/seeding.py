@@ -115,7 +115,8 @@ def answer_ids(tokens, what: str, vocab: int, tokenizer=None) -> list[int]:
         ids = [_one_int(tokens, what)]
     else:
         try:
-            seq = [_one_int(t, f"{what} (an element)") for t in (tokens.reshape(-1) if torch.is_tensor(tokens) else tokens)]
+            items = tokens.reshape(-1) if torch.is_tensor(tokens) else tokens
+            seq = [_one_int(t, f"{what} (an element)") for t in items]
         except TypeError as err:
             if "not iterable" in str(err):
                 raise TypeError(f"{what} must be a token id (an int), got {type(tokens).__name__}") from err
