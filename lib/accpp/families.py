@@ -15,6 +15,11 @@ Gendered pronouns (the answer is " he" / " she" after the tag "isn't")
     ``"so"``: :data:`accpp.pronouns.TEMPLATES` ("So {name} is ..., isn't"); ``"other"``: five of our
     own wordings with the name inside the sentence; ``"initial"``: five that begin with the name.
 
+Greater-Than (the answer is the end year's YY after "... {XX}")
+    ``"paper"``: Hanna et al.'s "The {noun} lasted from the year {XX}{YY} to the year {XX}";
+    ``"other"``: five of our wordings; ``"initial"``: five of ours that begin with the noun
+    (capitalised there, without "The").
+
 Behaviour tables (:func:`behaviour_table`) give, per group (family, and optionally the IOI order
 and ``answer_in_prompt``), the number of prompts, the mean logit difference and the accuracy
 (fraction with a positive logit difference).
@@ -28,8 +33,8 @@ import torch
 from accpp import datasets
 from accpp import pronouns as pr
 
-__all__ = ["IOI_FAMILIES", "PRONOUN_FAMILIES", "ioi_templates", "ioi_family_set", "pronoun_family_set",
-           "behaviour_table"]
+__all__ = ["IOI_FAMILIES", "PRONOUN_FAMILIES", "GT_FAMILIES", "ioi_templates", "ioi_family_set",
+           "pronoun_family_set", "gt_family_set", "behaviour_table"]
 
 #: Our IOI templates, BABA order ([B] = S, [A] = IO); "paper" is read from the data file.
 IOI_FAMILIES: dict[str, tuple[str, ...] | None] = {
@@ -62,6 +67,35 @@ PRONOUN_FAMILIES: dict[str, tuple[str, ...]] = {
     ),
     "initial": tuple(t.replace("So {name}", "{name}") for t in pr.TEMPLATES),
 }
+
+#: Greater-Than templates per family ("paper" is read from the data file).
+GT_FAMILIES: dict[str, tuple[str, ...] | None] = {
+    "paper": None,
+    "other": (
+        "The {noun} began in the year {XX}{YY} and ended in the year {XX}",
+        "The {noun} started in {XX}{YY} and it was over by the year {XX}",
+        "Historians say the {noun} ran from the year {XX}{YY} until the year {XX}",
+        "The {noun} went on from {XX}{YY} to {XX}",
+        "In the year {XX}{YY} the {noun} began and it ended in the year {XX}",
+    ),
+    "initial": (
+        "{noun} lasted from the year {XX}{YY} to the year {XX}",
+        "{noun} began in the year {XX}{YY} and ended in the year {XX}",
+        "{noun} ran from {XX}{YY} until the year {XX}",
+        "{noun} started in the year {XX}{YY} and was over by the year {XX}",
+        "{noun} went on from the year {XX}{YY} to the year {XX}",
+    ),
+}
+
+
+def gt_family_set(tokenizer, family: str, n: int, seed: int = 0, nouns: list[str] | None = None):
+    """``n`` seeded Greater-Than prompts of one family (:func:`accpp.greater_than.gt_prompts`; ``nouns``
+    default: the paper's list)."""
+    from accpp import greater_than as gt
+
+    if family not in GT_FAMILIES:
+        raise ValueError(f"unknown Greater-Than family {family!r}; known: {', '.join(GT_FAMILIES)}")
+    return gt.gt_prompts(tokenizer, n=n, seed=seed, nouns=nouns, templates=GT_FAMILIES[family], family=family)
 
 
 def ioi_templates(family: str) -> dict:

@@ -308,3 +308,32 @@ def test_knockout_comparison_counts_random_sets():
     assert len(m["random_drops"]) == 9
     assert m["p"] == pytest.approx((1 + sum(r >= m["drop"] for r in m["random_drops"])) / 10)
     assert out["methods"]["none"] == dict(k=0, drop=0.0, p=1.0, random_drops=[])
+
+
+def test_template_families_build_with_the_noun_anywhere():
+    from accpp import families
+
+    tok = DigitTokenizer()
+    paper = gt.gt_prompts(tok, n=6, seed=3, nouns=["war"])
+    assert [p.text for p in families.gt_family_set(tok, "paper", n=6, seed=3, nouns=["war"])] == [p.text for p in paper]
+    for family in families.GT_FAMILIES:
+        prompts = families.gt_family_set(tok, family, n=20, seed=1, nouns=["war"])
+        assert {p.family for p in prompts} == {family}
+        wordings = {p.text.split(" 1")[0] for p in prompts}  # the text before the start year
+        assert len(wordings) == (1 if family == "paper" else 5)
+        for p in prompts:
+            ids = p.input_ids
+            yy_text = tok.decode(ids[p.pos["yy"][0]:p.pos["yy"][1] + 1])
+            assert p.text.endswith(f" {p.century}") and yy_text == f"{p.yy:02d}"
+    initial = gt.make_prompt(tok, "war", 17, 32, template=families.GT_FAMILIES["initial"][0], family="initial")
+    assert initial.text == "War lasted from the year 1732 to the year 17"
+
+
+@pytest.mark.parametrize("noun, template, match", [
+    ("", None, "noun '' is empty"),
+    ("w{a}r", None, "placeholder"),
+    ("war", "The {noun} lasted from {XX}{YY}", r"must hold \{noun\} and \{XX\}\{YY\} once and end with ' \{XX\}'"),
+])
+def test_greater_than_builder_refusals(noun, template, match):
+    with pytest.raises(ValueError, match=match):
+        gt.make_prompt(DigitTokenizer(), noun, 17, 32, template=template)
