@@ -42,7 +42,7 @@ def circuit_row(circuit: Circuit) -> dict:
     """
     g = circuit.graph
     ranks = signal_ranks(g)
-    traced = circuit.status == "traced"
+    traced = circuit.status == "traced" or (circuit.status == "unknown" and circuit.n_firings > 0)  # saved before
     roles = circuit_roles(g, circuit.meta["pos"]) if traced else {}
     return dict(order=circuit.meta.get("order"), status=circuit.status, text=circuit.meta.get("text"),
                 logit_diff=circuit.logit_diff, firings=circuit.n_firings, **summary(g),

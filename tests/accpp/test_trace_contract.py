@@ -181,6 +181,9 @@ def test_every_status_is_documented_and_summaries_label_empty_circuits(llama, id
     assert rows[0]["status"] == "traced" and 0 <= rows[0]["rank1"] <= 1 and rows[0]["roles"] is not None
     assert rows[1]["status"] == "negative_logit_diff" and rows[1]["rank1"] is None and rows[1]["roles"] is None
     assert ioi.status_counts([bad, good, bad]) == {"traced": 1, "negative_logit_diff": 2}
+    # a circuit saved before statuses were recorded: "unknown", summarised by what it holds
+    good.meta.pop("status")
+    assert good.status == "unknown" and ioi.circuit_row(good)["roles"] == rows[0]["roles"]
 
 
 # ---------------------------------------------------------------- "prob" seeding
