@@ -337,3 +337,20 @@ def test_template_families_build_with_the_noun_anywhere():
 def test_greater_than_builder_refusals(noun, template, match):
     with pytest.raises(ValueError, match=match):
         gt.make_prompt(DigitTokenizer(), noun, 17, 32, template=template)
+
+
+@pytest.mark.parametrize("seeding", ["linear", "prob"])
+def test_trace_gt_traces_the_digit_sets_as_token_sets(seeding):
+    """Greater-Than asks for token sets explicitly: linear, the later units digits against the others;
+    prob, the later units digits as the support (no counterfactual)."""
+    from accpp.trace import TraceConfig, Tracer
+
+    tok = DigitTokenizer()
+    p = gt.make_prompt(tok, "war", 17, 32)
+    with float64_exact():
+        tracer = Tracer(tiny_model("llama", seed=2), tok, config=TraceConfig(seeding=seeding))
+        c = gt.trace_gt(tracer, p)
+    _, correct, wrong = gt.trace_target(tok, p)
+    assert c.meta["correct"] == correct == [tok.vocab[str(d)] for d in range(3, 10)]
+    assert c.meta["wrong"] == (wrong if seeding == "linear" else None) and c.meta["seeding"] == seeding
+    assert c.status in ("traced", "negative_logit_diff", "nonpositive_completeness", "no_head_seed", "tau_cut")
