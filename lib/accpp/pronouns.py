@@ -295,8 +295,9 @@ def name_paths(circuits: list[Circuit]) -> dict:
 # ---------------------------------------------------------------- measurements for the claims
 
 def size_row(p: PronounPrompt, accpp: Circuit, acc: Circuit) -> dict:
-    """One row of the ACC vs ACC++ size table."""
-    return dict(text=p.text, gender=p.gender, accpp_nodes=accpp.graph.number_of_nodes(),
+    """One row of the ACC vs ACC++ size table; ``accpp_status`` labels an ACC++ circuit that is empty or
+    has no expanded firing (:data:`accpp.graph.STATUSES`), whose node count is then not a circuit size."""
+    return dict(text=p.text, gender=p.gender, accpp_status=accpp.status, accpp_nodes=accpp.graph.number_of_nodes(),
                 acc_nodes=acc.graph.number_of_nodes(), accpp_firings=accpp.n_firings, acc_firings=acc.n_firings,
                 acc_truncated=bool(acc.meta["truncated"]),
                 ratio=acc.graph.number_of_nodes() / accpp.graph.number_of_nodes(),
