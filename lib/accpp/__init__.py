@@ -11,11 +11,16 @@ Public API (import the modules; nothing runs at import time):
   signal edges), ``query_candidates``/``key_candidates``, ``ig_direction``, ``greedy_path``,
   ``tau_for``, ``firing_exactness``.
 - ``accpp.trace``: ``Tracer(model, tok, name, TraceConfig(...)).trace(ids, correct, wrong)`` ->
-  ``Circuit`` (networkx MultiDiGraph + metadata); ``correct``/``wrong`` are token ids or sets of
-  them. ``TraceConfig.variant``: "authors" (default, reproduces the authors' tracer) or
-  "per-position" (key-side signals at their exact key positions); ``threads`` (default 1);
-  ``max_memory_gb`` (prompts estimated not to fit are refused). Method and sources:
-  docs/accpp_method.md.
+  ``Circuit`` (networkx MultiDiGraph + metadata); ``correct``/``wrong`` are one token id each (a
+  set only as ``accpp.seeding.TokenSet``). ``TraceConfig.variant``: "authors" (default, reproduces
+  the authors' tracer) or "per-position" (key-side signals at their exact key positions); ``threads``
+  (default 1); ``max_memory_gb`` (prompts estimated not to fit are refused); ``seeding`` "linear" (default, the paper's) or "prob" (the authors' tracer since v0.3.0). Inputs are
+  checked before any work; ``circuit.status`` / ``circuit.reason`` say why a circuit is empty or small.
+  Method and sources: docs/accpp_method.md.
+- ``accpp.seeding``: ``TokenSet`` (an answer of several tokens, asked for explicitly), the linear and
+  prob seed rules.
+- ``accpp.families``: template families per task (IOI, pronouns, Greater-Than; one family begins with
+  a name or noun) and behaviour tables per family.
 - ``accpp.graph``: ``Circuit``, JSON save/load, summaries, ``graph_diff``, node/edge Jaccard.
 - ``accpp.acc.acc_trace``: the ACC baseline (70% of the linear score, no IG/greedy).
 - ``accpp.datasets``: IOI prompts (mixed / balanced sets, single-token names) and metrics.

@@ -7,20 +7,25 @@ that are ONE token (with the leading space) for the tokenizer in use. A name giv
 that is not one token raises :class:`MultiTokenName` (never a silently wrong answer token).
 
 A prompt is the template up to (not including) the final [A]; the answer is " A" (the indirect
-object, IO), the distractor " B" (the subject, S). Positions (IO, S1, S2, S1+1, END) are read from
-where the names fall in the text, so templates may begin with a name (a sentence-initial name has
-no leading space and may be another token; only the final answer must be one token with its
-space). IO must differ from S.
+object, IO), the distractor " B" (the subject, S). Both must be ONE token with their leading space
+(that is what the model predicts; the builder refuses otherwise, naming the name and the template).
+Names may stand anywhere: a name at the start of the prompt has no leading space and is written in
+its own form there, which may be several tokens ("Mary" vs " Mary"); its role then covers a span
+of tokens (``IOIPrompt.spans``) and its position (``IOIPrompt.pos``) is the span's last token. Each
+prompt records whether its answer token occurs verbatim earlier in the prompt
+(``answer_in_prompt``: False, e.g., in the ABBA order of a template that begins with the IO, where
+the IO is only written without its space). Names, places and objects must be non-empty, without
+surrounding whitespace and without placeholder brackets. IO must differ from S.
 """
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["IOIPrompt", "MultiTokenName", "load_templates", "load_names", "single_token_names",
+__all__ = ["IOIPrompt", "MultiTokenName", "check_filler", "load_templates", "load_names", "single_token_names",
            "name_token", "make_prompt", "ioi_mixed", "ioi_balanced", "evaluate", "IOIMetrics"]
 
 
@@ -43,8 +48,29 @@ def load_names(source: str = "en_ioi_paper") -> list[str]:
     return list(data[source]["all"])
 
 
+_PLACEHOLDER_CHARS = "[]{}"
+
+
+def check_filler(value, what: str) -> str:
+    """``value`` if it can fill a template slot (``what`` names the slot, e.g. "name", "place"): a
+    non-empty string without surrounding whitespace and without placeholder brackets; else an error
+    naming it."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, got {type(value).__name__} {value!r}")
+    if not value.strip():
+        raise ValueError(f"{what} {value!r} is empty or only whitespace")
+    if value != value.strip():
+        raise ValueError(f"{what} {value!r} has surrounding whitespace: give the bare word (templates add the spaces)")
+    bad = [c for c in _PLACEHOLDER_CHARS if c in value]
+    if bad:
+        raise ValueError(f"{what} {value!r} contains the placeholder character(s) {bad}: it would be read as (or "
+                         "mix with) a template slot such as [A], [PLACE] or {name}")
+    return value
+
+
 def name_token(tokenizer, name: str) -> int:
     """Token id of ' name'; raises MultiTokenName if it is not exactly one token."""
+    check_filler(name, "name")
     ids = tokenizer(" " + name, add_special_tokens=False).input_ids
     if len(ids) != 1:
         pieces = tokenizer.convert_ids_to_tokens(ids)
@@ -79,7 +105,10 @@ class IOIPrompt:
     io_id: int
     s_id: int
     input_ids: tuple[int, ...]
-    pos: dict  # IO, S1, S2, S1+1, END token positions
+    pos: dict  # IO, S1, S2, S1+1, END token positions (a name's last token)
+    family: str = "paper"  # the template family (accpp.families)
+    answer_in_prompt: bool = True  # the answer token " IO" occurs verbatim in the prompt
+    spans: dict = field(default_factory=dict, hash=False, compare=False)  # IO, S1, S2: [first, last + 1) tokens
 
     def ids(self) -> torch.Tensor:
         return torch.tensor(self.input_ids)
@@ -107,28 +136,35 @@ def _name_spans(t: str, io: str, s: str) -> tuple[str, list[tuple[str, int, int]
         i = j + 3
 
 
-def _token_at(offsets, start: int, end: int, text: str) -> int | None:
-    """Index of the token whose characters are exactly the name at [start, end) (a leading space
-    included in the token is allowed); None if the name is not one token there."""
-    for i, (a, b) in enumerate(offsets):
-        if b == end and (a == start or (a == start - 1 and text[a].isspace())):
-            return i
-    return None
+def _token_span(offsets, start: int, end: int, text: str) -> tuple[int, int] | None:
+    """Tokens [first, last + 1) whose characters are exactly the name at [start, end) (the first token
+    may carry the whitespace before it); None if a token straddles the name's edges."""
+    inside = [i for i, (a, b) in enumerate(offsets) if b > a and b > start and a < end]
+    if not inside:
+        return None
+    a0, b1 = offsets[inside[0]][0], offsets[inside[-1]][1]
+    if b1 != end or not (a0 == start or (a0 == start - 1 and text[a0].isspace())):
+        return None
+    return inside[0], inside[-1] + 1
 
 
 def make_prompt(tokenizer, template: int, order: str, io: str, s: str, place: str, obj: str,
-                templates: dict | None = None) -> IOIPrompt:
+                templates: dict | None = None, family: str = "paper") -> IOIPrompt:
     """One IOI prompt: the template up to the final [A], with IO = ``io`` and S = ``s``.
 
-    Positions (IO, S1, S2, S1+1, END) come from where the names fall in the text (character
-    offsets), so a template may begin with a name (a sentence-initial name has no leading space and
-    may be a different token, e.g. "John" vs " John"; the roles still come from positions). Only the
-    final answer " IO" must be one token with its leading space (it is the metric's token). A
-    name that is not exactly one token where it stands raises :class:`MultiTokenName` naming the
-    name, its place in the prompt and the pieces it became.
+    The answer " IO" and the distractor " S" must each be one token with the leading space (the
+    metric's tokens); otherwise :class:`MultiTokenName` names the name and the template. Where a
+    name follows a space it is that token; at the start of the prompt (no space before it) it is
+    written in its own form, which may be several tokens: its role covers that span
+    (``spans``) and ``pos`` points at the span's last token. ``answer_in_prompt`` records whether
+    the token " IO" occurs in the prompt.
     """
     templates = templates or load_templates()
     t = templates["ioi_baba_templates"][template]
+    check_filler(io, "name (IO)")
+    check_filler(s, "name (S)")
+    check_filler(place, "place")
+    check_filler(obj, "object")
     if io == s:
         raise ValueError(f"IO and S are the same name ({io!r}): IOI needs two different names")
     if order == "ABBA":
@@ -142,30 +178,35 @@ def make_prompt(tokenizer, template: int, order: str, io: str, s: str, place: st
                          f"the other: {t!r}")
     body = t[: -len(" [A]")].replace("[PLACE]", place).replace("[OBJECT]", obj)
     text, spans = _name_spans(body, io, s)
-    io_id, s_id = name_token(tokenizer, io), name_token(tokenizer, s)  # answer and distractor tokens
+    ids_of = {}
+    for role, name in (("A", io), ("B", s)):  # the answer and the distractor: one token each, with the space
+        try:
+            ids_of[role] = name_token(tokenizer, name)
+        except MultiTokenName as err:
+            raise MultiTokenName(f"{err} [the {'answer (IO)' if role == 'A' else 'distractor (S)'} of template "
+                                 f"{template} ({family}): {t!r}]") from None
     try:
         enc = tokenizer(text, return_offsets_mapping=True)
     except (NotImplementedError, TypeError, ValueError) as err:
         raise TypeError(f"IOI prompts need a fast tokenizer (character offsets); {type(tokenizer).__name__} "
                         f"gives none: {err}") from err
     ids, offsets = list(enc["input_ids"]), list(enc["offset_mapping"])
-    where: dict[str, list[int]] = {"A": [], "B": []}
+    where: dict[str, list[tuple[int, int]]] = {"A": [], "B": []}
     for role, a, b in spans:
-        k = _token_at(offsets, a, b, text)
-        if k is None:
+        name = io if role == "A" else s
+        span = _token_span(offsets, a, b, text)
+        spaced = a > 0 and text[a - 1] == " "
+        if span is None or (spaced and (span[1] - span[0] != 1 or ids[span[0]] != ids_of[role])):
             pieces = [tokenizer.convert_ids_to_tokens(ids[i]) for i, (x, y) in enumerate(offsets) if x < b and y > a]
-            name = io if role == "A" else s
-            first = a == 0 or not text[a - 1].isspace()
             raise MultiTokenName(
-                f"name {name!r} at character {a} of the prompt {text!r} is {len(pieces)} tokens there {pieces}"
-                + (" (it has no leading space there, e.g. at the start of the sentence; the name is one token only "
-                   "with a leading space)" if first else "")
-                + "; choose names that are one token in every place the template puts them "
-                  "(single_token_names(tokenizer, names, sentence_initial=True))")
-        where[role].append(k)
-    pos = {"IO": where["A"][0], "S1": where["B"][0], "S2": where["B"][1], "S1+1": where["B"][0] + 1,
-           "END": len(ids) - 1}
-    return IOIPrompt(text, io, s, order, template, io_id, s_id, tuple(ids), pos)
+                f"name {name!r} at character {a} of the prompt {text!r} (template {template} ({family}): {t!r}) "
+                f"does not tokenize as the name there {pieces}: it merges with the text around it")
+        where[role].append(span)
+    pos = {"IO": where["A"][0][1] - 1, "S1": where["B"][0][1] - 1, "S2": where["B"][1][1] - 1,
+           "S1+1": where["B"][0][1], "END": len(ids) - 1}
+    span_of = {"IO": where["A"][0], "S1": where["B"][0], "S2": where["B"][1]}
+    return IOIPrompt(text, io, s, order, template, ids_of["A"], ids_of["B"], tuple(ids), pos, family,
+                     ids_of["A"] in ids, span_of)
 
 
 def _name_first(templates: dict) -> bool:

@@ -15,8 +15,19 @@ from pathlib import Path
 
 import networkx as nx
 
-__all__ = ["Circuit", "graph_to_json", "graph_from_json", "save_circuit", "load_circuit", "summary",
+__all__ = ["STATUSES", "Circuit", "graph_to_json", "graph_from_json", "save_circuit", "load_circuit", "summary",
            "signal_ranks", "layered_positions", "same_graph", "graph_diff", "node_jaccard", "edge_jaccard"]
+
+
+#: Why a circuit is what it is (``Circuit.status``; set by :meth:`accpp.trace.Tracer.trace`).
+STATUSES = {
+    "traced": "at least one firing was expanded",
+    "negative_logit_diff": "the metric's components sum to <= 0 (the model does not prefer the answer): nothing traced",
+    "nonpositive_completeness": "prob seeding: the answer is no more likely than under the bias-only logits",
+    "no_head_seed": "no seed is an attention head: nothing to recurse through",
+    "tau_cut": "head seeds exist, but none of their firings passes the expansion rule (A_ds >= tau, layer > 0, ...)",
+    "truncated": "max_firings stopped the trace before the first firing",
+}
 
 
 @dataclass
@@ -29,6 +40,16 @@ class Circuit:
     seconds: float
     n_firings: int
     meta: dict = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        """One of :data:`STATUSES`; "unknown" for a circuit saved before statuses were recorded."""
+        return self.meta.get("status", "unknown")
+
+    @property
+    def reason(self) -> str:
+        """Why the circuit is empty or has no expanded firing ("" when ``status == "traced"``)."""
+        return self.meta.get("status_reason", "")
 
     @property
     def heads(self) -> set[tuple[int, int]]:

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 import networkx as nx
 import torch
 
-from accpp.datasets import load_templates
+from accpp.datasets import check_filler, load_templates
+from accpp.seeding import TokenSet
 from accpp.trace import Circuit, Tracer
 
 __all__ = ["YearTokenization", "GTPrompt", "year_mode", "digit_ids", "pair_ids", "make_prompt", "gt_prompts",
@@ -85,6 +86,7 @@ class GTPrompt:
     input_ids: tuple[int, ...]
     mode: str  # "digits" or "pairs"
     pos: dict = field(hash=False, compare=False)  # "yy": positions of the start year's YY tokens, "end"
+    family: str = "paper"  # the template family (accpp.families.GT_FAMILIES)
 
     def ids(self) -> torch.Tensor:
         return torch.tensor(self.input_ids)
@@ -94,12 +96,24 @@ def _ids(tokenizer, text: str) -> list[int]:
     return list(tokenizer(text)["input_ids"])  # with the model's special tokens (Gemma's <bos>)
 
 
-def make_prompt(tokenizer, noun: str, century: int, yy: int, mode: str | None = None) -> GTPrompt:
-    """One prompt; checks that the prompt's tokens followed by YY's are the tokens of the full text."""
+def make_prompt(tokenizer, noun: str, century: int, yy: int, mode: str | None = None, template: str | None = None,
+                family: str = "paper") -> GTPrompt:
+    """One prompt; checks that the prompt's tokens followed by YY's are the tokens of the full text.
+
+    ``template`` (default: the paper's, "The {noun} lasted from the year {XX}{YY} to the year {XX}")
+    holds {noun}, {XX}{YY} once and ends with "{XX}"; a template that begins with {noun} writes the
+    noun capitalised there (the start of the sentence).
+    """
     if not 0 <= yy <= 99 or not 10 <= century <= 99:
         raise ValueError(f"century {century} and yy {yy} must be two-digit numbers")
+    check_filler(noun, "noun")
     mode = mode or year_mode(tokenizer)
-    template = load_templates()["greater_than_template"]
+    template = template or load_templates()["greater_than_template"]
+    if template.count("{noun}") != 1 or template.count("{XX}{YY}") != 1 or not template.endswith(" {XX}"):
+        raise ValueError(f"Greater-Than template {template!r} must hold {{noun}} and {{XX}}{{YY}} once and end "
+                         "with ' {XX}' (the end year's century, after which the model writes YY)")
+    if template.startswith("{noun}"):
+        noun = noun[:1].upper() + noun[1:]
     text = template.format(noun=noun, XX=century, YY=f"{yy:02d}")
     ids = _ids(tokenizer, text)
     full = _ids(tokenizer, text + f"{yy:02d}")
@@ -117,18 +131,24 @@ def make_prompt(tokenizer, noun: str, century: int, yy: int, mode: str | None = 
     yy_pos = list(range(len(start) - n_yy, len(start)))
     if ids[: len(start)] != start:
         raise YearTokenization(f"{text!r}: the start year's tokens are not a prefix of the prompt's")
-    return GTPrompt(noun, century, yy, text, tuple(ids), mode, {"yy": yy_pos, "end": len(ids) - 1})
+    return GTPrompt(noun, century, yy, text, tuple(ids), mode, {"yy": yy_pos, "end": len(ids) - 1}, family)
 
 
-def gt_prompts(tokenizer, n: int = 256, seed: int = 0, nouns: list[str] | None = None,
-               centuries=CENTURIES) -> list[GTPrompt]:
-    """``n`` seeded prompts; YY drawn from 02 ... 98 with a units digit of 0 ... 8 (see the module doc)."""
+def gt_prompts(tokenizer, n: int = 256, seed: int = 0, nouns: list[str] | None = None, centuries=CENTURIES,
+               templates: tuple[str, ...] | None = None, family: str = "paper") -> list[GTPrompt]:
+    """``n`` seeded prompts; YY drawn from 02 ... 98 with a units digit of 0 ... 8 (see the module doc).
+    ``templates``: a family's templates (one drawn per prompt after the other draws); None: the paper's
+    (the same prompts as before families existed, for a given seed)."""
     mode = year_mode(tokenizer)
     nouns = nouns or load_templates()["greater_than_nouns"]
     years = [y for y in range(YY_RANGE[0], YY_RANGE[1] + 1) if y % 10 != 9]
     rng = random.Random(seed)
-    return [make_prompt(tokenizer, rng.choice(nouns), rng.choice(list(centuries)), rng.choice(years), mode)
-            for _ in range(n)]
+    out = []
+    for _ in range(n):
+        noun, century, yy = rng.choice(nouns), rng.choice(list(centuries)), rng.choice(years)
+        t = rng.choice(templates) if templates else None
+        out.append(make_prompt(tokenizer, noun, century, yy, mode, template=t, family=family))
+    return out
 
 
 def _with_cache(model, ids: torch.Tensor):
@@ -216,7 +236,10 @@ def trace_target(tokenizer, p: GTPrompt) -> tuple[torch.Tensor, list[int], list[
 def trace_gt(tracer: Tracer, p: GTPrompt) -> Circuit:
     """ACC++ circuit of the year comparison; positions and the prompt go into ``meta``."""
     ids, correct, wrong = trace_target(tracer.tokenizer, p)
-    c = tracer.trace(ids, correct, wrong)
+    if tracer.config.seeding == "prob":  # the support: the later years' tokens, no counterfactual
+        c = tracer.trace(ids, TokenSet(correct))
+    else:
+        c = tracer.trace(ids, TokenSet(correct), TokenSet(wrong))
     c.meta.update(text=p.text, noun=p.noun, century=p.century, yy=p.yy, mode=p.mode,
                   pos={"yy": list(p.pos["yy"]), "end": len(ids) - 1})
     return c
@@ -391,7 +414,7 @@ def head_dla(tracer: Tracer, prompts: list[GTPrompt]) -> torch.Tensor:
         dec = tracer.decompose(ids)
         pos = dec.T - 1
         vecs, labels = dec.components(L, pos)
-        direction, _ = answer_direction(arch, dec, correct, wrong, pos)
+        direction, _ = answer_direction(arch, dec, TokenSet(correct), TokenSet(wrong), pos)
         proj = vecs @ direction
         head = labels[:, 0] == KIND_HEAD
         total.index_put_((labels[head, 1], labels[head, 2]), proj[head], accumulate=True)

@@ -7,13 +7,15 @@ from accpp.roles import ROLES, circuit_roles
 from accpp.signals import Firing, FiringSolver, firing_exactness
 from accpp.trace import Circuit, Tracer
 
-__all__ = ["trace_ioi", "circuit_exactness", "circuit_row", "measure_candidates_exact", "measure_signals_rank1",
+__all__ = ["trace_ioi", "circuit_exactness", "circuit_row", "status_counts", "measure_candidates_exact", "measure_signals_rank1",
            "measure_ioi_roles"]
 
 
 def trace_ioi(tracer: Tracer, prompt: IOIPrompt) -> Circuit:
-    """Trace the IO-vs-S logit difference at the last position; positions go into meta."""
-    c = tracer.trace(prompt.ids(), prompt.io_id, prompt.s_id)
+    """Trace the IO-vs-S logit difference at the last position ("prob" seeding: the IO's
+    log-probability); positions go into meta."""
+    wrong = None if tracer.config.seeding == "prob" else prompt.s_id
+    c = tracer.trace(prompt.ids(), prompt.io_id, wrong)
     c.meta.update(text=prompt.text, order=prompt.order, template=prompt.template, pos=dict(prompt.pos),
                   io=prompt.io, s=prompt.s)
     return c
@@ -32,14 +34,28 @@ def circuit_exactness(tracer: Tracer, prompt: IOIPrompt, circuit: Circuit, max_f
 
 
 def circuit_row(circuit: Circuit) -> dict:
-    """One table row: sizes, rank-1 fraction, roles present."""
+    """One table row: status, sizes, rank-1 fraction, roles present.
+
+    A circuit without signal edges (``status`` other than "traced": the metric is negative, no seed is
+    a head, or no seed firing passes tau; ``Circuit.reason`` says which) has ``rank1`` and ``roles``
+    None: there is nothing to count, which is not a share of 0 or NaN.
+    """
     g = circuit.graph
     ranks = signal_ranks(g)
-    roles = circuit_roles(g, circuit.meta["pos"])
-    return dict(order=circuit.meta.get("order"), text=circuit.meta.get("text"), logit_diff=circuit.logit_diff,
-                firings=circuit.n_firings, **summary(g),
-                rank1=(sum(r == 1 for r in ranks) / len(ranks)) if ranks else float("nan"),
-                roles=sum(bool(roles.get(r)) for r in ROLES), seconds=circuit.seconds)
+    traced = circuit.status == "traced" or (circuit.status == "unknown" and circuit.n_firings > 0)  # saved before
+    roles = circuit_roles(g, circuit.meta["pos"]) if traced else {}
+    return dict(order=circuit.meta.get("order"), status=circuit.status, text=circuit.meta.get("text"),
+                logit_diff=circuit.logit_diff, firings=circuit.n_firings, **summary(g),
+                rank1=(sum(r == 1 for r in ranks) / len(ranks)) if ranks else None,
+                roles=sum(bool(roles.get(r)) for r in ROLES) if traced else None, seconds=circuit.seconds)
+
+
+def status_counts(circuits: list[Circuit]) -> dict[str, int]:
+    """How many circuits have each status (:data:`accpp.graph.STATUSES`), the traced ones first."""
+    out: dict[str, int] = {}
+    for c in sorted(circuits, key=lambda c: c.status != "traced"):
+        out[c.status] = out.get(c.status, 0) + 1
+    return out
 
 
 # --- the claims of notebook accpp/01_ioi: one measure_* per claim, each returning a claims.Measurement ---

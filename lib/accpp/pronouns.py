@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 import torch
 
-from accpp.datasets import MultiTokenName, name_token
+from accpp.datasets import MultiTokenName, _token_span, check_filler, name_token
 from accpp.trace import Circuit, Tracer
 
 __all__ = ["TEMPLATES", "MALE_NAMES", "FEMALE_NAMES", "PRONOUNS", "GENDERS", "PronounPrompt", "PronounMetrics",
@@ -89,30 +89,37 @@ class PronounPrompt:
     correct_id: int  # the gender's pronoun
     wrong_id: int  # the other pronoun
     input_ids: tuple[int, ...]
-    pos: dict = field(hash=False, compare=False)  # "name": the name's token, "end": the last token
+    pos: dict = field(hash=False, compare=False)  # "name": the name's (last) token, "end": the last token
+    family: str = "so"  # the template family (accpp.families)
+    answer_in_prompt: bool = False  # the answer pronoun's token occurs verbatim in the prompt
+    spans: dict = field(default_factory=dict, hash=False, compare=False)  # "name": [first, last + 1) tokens
 
     def ids(self) -> torch.Tensor:
         return torch.tensor(self.input_ids)
 
 
-def make_prompt(tokenizer, template: int, name: str, gender: str, templates=TEMPLATES) -> PronounPrompt:
+def make_prompt(tokenizer, template: int, name: str, gender: str, templates=TEMPLATES,
+                family: str = "so") -> PronounPrompt:
     """One prompt: ``templates[template]`` with ``name``; the answer is ``gender``'s pronoun.
 
-    The template must hold "{name}" once, after a space, and end without a trailing space (the
-    pronoun token brings its own). The name must be ONE token where it stands (raises
-    :class:`accpp.datasets.MultiTokenName` otherwise, naming the pieces).
+    The template holds "{name}" once, anywhere, and ends without a trailing space (the pronoun
+    token brings its own). After a space the name must be ONE token (its " name" form); at the start
+    of the prompt it is written without a space and may be several tokens: ``spans["name"]`` covers
+    them and ``pos["name"]`` is the last. A name that merges with the text around it raises
+    :class:`accpp.datasets.MultiTokenName`, naming the name, the template and the pieces.
+    ``answer_in_prompt`` records whether the pronoun's token occurs in the prompt.
     """
     if not 0 <= template < len(templates):
         raise ValueError(f"template index {template} is outside 0..{len(templates) - 1}")
     t = templates[template]
-    if t.count("{name}") != 1 or " {name}" not in t:
-        raise ValueError(f"template {t!r} must hold '{{name}}' exactly once, after a space")
+    if t.count("{name}") != 1 or t.replace("{name}", "").count("{") or t.replace("{name}", "").count("}"):
+        raise ValueError(f"template {t!r} must hold '{{name}}' exactly once and no other placeholder")
     if t != t.rstrip():
         raise ValueError(f"template {t!r} ends with whitespace; the pronoun token brings its own space")
+    check_filler(name, "name")
     correct = pronoun_id(tokenizer, gender)
     wrong = pronoun_id(tokenizer, "female" if gender == "male" else "male")
-    name_token(tokenizer, name)  # one token with its space, or a clear error
-    text = t.format(name=name)
+    text = t.replace("{name}", name)
     start = t.index("{name}")
     try:
         enc = tokenizer(text, return_offsets_mapping=True)
@@ -121,12 +128,17 @@ def make_prompt(tokenizer, template: int, name: str, gender: str, templates=TEMP
                         f"gives none: {err}") from err
     ids, offsets = list(enc["input_ids"]), list(enc["offset_mapping"])
     end = start + len(name)
-    hits = [i for i, (a, b) in enumerate(offsets) if b == end and (a == start or (a == start - 1 and text[a] == " "))]
-    if not hits:
+    span = _token_span(offsets, start, end, text)
+    spaced = start > 0 and text[start - 1] == " "
+    if spaced and span is not None and span[1] - span[0] != 1:
+        name_token(tokenizer, name)  # raises, naming the pieces of " name"
+    if span is None or (spaced and span[1] - span[0] != 1):
         pieces = [tokenizer.convert_ids_to_tokens(ids[i]) for i, (a, b) in enumerate(offsets) if a < end and b > start]
-        raise MultiTokenName(f"name {name!r} in {text!r} is {len(pieces)} tokens there ({pieces}); the task needs "
-                             "the name as one token")
-    return PronounPrompt(text, name, gender, template, correct, wrong, tuple(ids), {"name": hits[0], "end": len(ids) - 1})
+        raise MultiTokenName(f"name {name!r} in {text!r} (template {template} ({family}): {t!r}) is {len(pieces)} "
+                             f"tokens there ({pieces}); after a space the name must be one token, and it must not "
+                             "merge with the text around it")
+    return PronounPrompt(text, name, gender, template, correct, wrong, tuple(ids),
+                         {"name": span[1] - 1, "end": len(ids) - 1}, family, correct in ids, {"name": span})
 
 
 def pronoun_prompts(tokenizer, templates=TEMPLATES, male=MALE_NAMES, female=FEMALE_NAMES,
@@ -208,8 +220,9 @@ def evaluate(model, prompts: list[PronounPrompt]) -> PronounMetrics:
 
 
 def trace_pronoun(tracer: Tracer, p: PronounPrompt) -> Circuit:
-    """ACC++ circuit of logit(correct pronoun) - logit(other) at the last position; the prompt goes into meta."""
-    c = tracer.trace(p.ids(), p.correct_id, p.wrong_id)
+    """ACC++ circuit of logit(correct pronoun) - logit(other) at the last position ("prob" seeding: the
+    correct pronoun's log-probability); the prompt goes into meta."""
+    c = tracer.trace(p.ids(), p.correct_id, None if tracer.config.seeding == "prob" else p.wrong_id)
     c.meta.update(text=p.text, name=p.name, gender=p.gender, template=p.template, pos=dict(p.pos))
     return c
 
@@ -282,8 +295,9 @@ def name_paths(circuits: list[Circuit]) -> dict:
 # ---------------------------------------------------------------- measurements for the claims
 
 def size_row(p: PronounPrompt, accpp: Circuit, acc: Circuit) -> dict:
-    """One row of the ACC vs ACC++ size table."""
-    return dict(text=p.text, gender=p.gender, accpp_nodes=accpp.graph.number_of_nodes(),
+    """One row of the ACC vs ACC++ size table; ``accpp_status`` labels an ACC++ circuit that is empty or
+    has no expanded firing (:data:`accpp.graph.STATUSES`), whose node count is then not a circuit size."""
+    return dict(text=p.text, gender=p.gender, accpp_status=accpp.status, accpp_nodes=accpp.graph.number_of_nodes(),
                 acc_nodes=acc.graph.number_of_nodes(), accpp_firings=accpp.n_firings, acc_firings=acc.n_firings,
                 acc_truncated=bool(acc.meta["truncated"]),
                 ratio=acc.graph.number_of_nodes() / accpp.graph.number_of_nodes(),

@@ -1,15 +1,16 @@
-"""Whole-prompt ACC++ circuit: seeds on the logit difference, recursion through heads.
+"""Whole-prompt ACC++ circuit: seeds at the answer position, recursion through heads.
 
     tracer = Tracer(model, tok, name="smollm2-135m")  # SVDs cached on disk per model
     circuit = tracer.trace(input_ids, correct_id, wrong_id)
     circuit.graph                                      # networkx.MultiDiGraph
+    circuit.status, circuit.reason                     # "traced", or why the circuit is empty or small
 
-Method: docs/accpp_method.md ("Whole-prompt circuit"). Seeds: the final residual at the answer
-position is split into components, each projected on the logit-difference direction (after the
-final norm's scale and gain); sorted descending, the seeds are the components at or above the
-value where the cumulative sum first exceeds the total, that cutoff capped at total/2. If the
-total is <= 0, nothing is traced; with ``variant="authors"`` nothing is traced either when no seed
-is an attention head (as the authors' tracer).
+Method: docs/accpp_method.md, steps 8 (seeds) and 9 (recursion). Seeds (:mod:`accpp.seeding`):
+``TraceConfig.seeding="linear"`` (default, the paper's) projects the final residual's components on
+the logit-difference direction and keeps the largest by the cumulative-sum rule; ``"prob"`` (the
+authors' tracer's default since its v0.3.0) attributes the answer's log-probability to them by
+Integrated Gradients and keeps the fewest that remove 0.8 of it. With ``variant="authors"`` nothing
+is traced either when no seed is an attention head (as the authors' tracer).
 
 Recursion runs through attention heads only (MLPs, biases, embedding, offsets are leaves):
 each signal edge into a firing that comes from an upstream head's output at (token t, source
@@ -22,6 +23,19 @@ firings (memoised).
 ``TraceConfig.variant`` selects the key-side candidates and the edge weights
 (:mod:`accpp.signals`): ``"authors"`` (default) reproduces the authors' tracer, ``"per-position"``
 is our refinement that places each key-side signal at its exact key position.
+
+Input contract (checked before any work, each refusal naming the problem): one prompt of integer
+token ids within the vocabulary and within the model's positions; ``correct`` and ``wrong`` one
+token id each inside the vocabulary (a set of ids only as :class:`accpp.seeding.TokenSet`); with
+``"prob"`` seeding no ``wrong``.
+
+Every circuit says why it is empty or small (``circuit.status``, :data:`STATUSES`):
+``"traced"`` (at least one firing expanded), ``"negative_logit_diff"`` (linear: the metric's
+components sum to <= 0, the model does not prefer the answer; nothing traced),
+``"nonpositive_completeness"`` (prob: the answer is no more likely than under the bias-only
+logits), ``"no_head_seed"`` (no seed is an attention head), ``"tau_cut"`` (head seeds, none of whose
+firings passes the expansion rule: A_ds < tau, layer 0, or position 0; ``circuit.reason`` lists
+each), ``"truncated"`` (``max_firings`` = 0).
 
 Resources: a trace runs at ``TraceConfig.threads`` torch threads (default 1; restored afterwards)
 and refuses, before any work, a prompt whose estimated peak memory (:func:`estimate_trace_gb`)
@@ -41,11 +55,13 @@ import torch
 from accpp import arch as arch_mod
 from accpp.decompose import KIND_BIAS, KIND_EMB, KIND_HEAD, KIND_MLP, KIND_NAMES, KIND_OFFSET, Decomposition
 from accpp.decompose import collect, head_svds, visible
-from accpp.graph import Circuit
+from accpp.graph import STATUSES, Circuit
+from accpp.seeding import SEEDINGS, TokenSet, answer_direction, answer_ids, prob_seeds, seeds
 from accpp.signals import VARIANTS, Firing, FiringSolver, check_variant, tau_for
 
-__all__ = ["TraceConfig", "Circuit", "Tracer", "TraceTooLarge", "answer_direction", "node_id", "seeds",
-           "torch_threads", "estimate_trace_gb", "available_memory_gb", "VARIANTS"]
+__all__ = ["TraceConfig", "Circuit", "Tracer", "TraceTooLarge", "TokenSet", "answer_direction", "node_id", "seeds",
+           "torch_threads", "estimate_trace_gb", "available_memory_gb", "max_positions", "VARIANTS", "SEEDINGS",
+           "STATUSES"]
 
 
 class TraceTooLarge(MemoryError):
@@ -58,6 +74,10 @@ class TraceConfig:
 
     variant: "authors" (default: the authors' tracer) or "per-position" (key-side signals at their
         exact key positions); see :mod:`accpp.signals`.
+    seeding: "linear" (default: the paper's logit-difference seeds) or "prob" (the answer's
+        log-probability, the authors' tracer's default since its v0.3.0); see :mod:`accpp.seeding`.
+    prob_tau, prob_ig_steps: the "prob" rule's coverage (fraction of the completeness the seeds
+        remove, 0.8) and Integrated Gradients intervals (64); unused by "linear".
     expand_layer0: expand firings of layer 0 (their inputs are the embeddings only).
     expand_position0: expand firings whose source is token 0; None = the variant's rule
         (authors: yes; per-position: no). Firings whose destination is token 0 are never expanded.
@@ -68,6 +88,9 @@ class TraceConfig:
     """
 
     variant: str = "authors"
+    seeding: str = "linear"
+    prob_tau: float = 0.8
+    prob_ig_steps: int = 64
     expand_layer0: bool = False
     expand_position0: bool | None = None
     max_firings: int | None = None
@@ -76,6 +99,13 @@ class TraceConfig:
 
     def __post_init__(self):
         check_variant(self.variant)
+        if self.seeding not in SEEDINGS:
+            raise ValueError(f"unknown seeding {self.seeding!r}: 'linear' (the paper's logit-difference seeds, the "
+                             "default) or 'prob' (the answer's log-probability, the authors' tracer since v0.3.0)")
+        if not 0 < self.prob_tau <= 1:
+            raise ValueError(f"prob_tau must lie in (0, 1], got {self.prob_tau!r}")
+        if not isinstance(self.prob_ig_steps, int) or self.prob_ig_steps < 1:
+            raise ValueError(f"prob_ig_steps must be a positive int, got {self.prob_ig_steps!r}")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise ValueError(f"threads must be a positive int or None, got {self.threads!r}")
         if self.max_memory_gb is not None and not self.max_memory_gb > 0:
@@ -152,50 +182,20 @@ def node_id(kind: int, layer: int, head: int, token: int, src: int) -> str:
     raise ValueError(kind)
 
 
-def seeds(proj: torch.Tensor) -> torch.Tensor:
-    """Indices of seed components given their projections on the logit-difference direction."""
-    total = float(proj.sum())
-    if total <= 0:
-        return torch.zeros(0, dtype=torch.long)
-    vals, order = torch.sort(proj, descending=True)
-    cum = torch.cumsum(vals, 0)
-    over = torch.nonzero(cum > total)
-    cutoff = float(vals[int(over[0, 0])]) if over.numel() else float(vals[-1])
-    cutoff = min(cutoff, total / 2)
-    return order[vals >= cutoff]
+def max_positions(model) -> int | None:
+    """The number of positions the model was built for (``max_position_embeddings``, GPT-2's
+    ``n_positions``), or None if its config names none."""
+    cfg = model.config
+    for key in ("max_position_embeddings", "n_positions", "n_ctx"):
+        v = getattr(cfg, key, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
 
 
-def _as_ids(tokens, what: str) -> list[int]:
-    ids = [int(tokens)] if isinstance(tokens, int) or (torch.is_tensor(tokens) and tokens.ndim == 0) else [int(t) for t in tokens]
-    if not ids:
-        raise ValueError(f"{what}: an empty set of answer tokens")
-    return ids
-
-
-def answer_direction(arch, dec: Decomposition, correct, wrong, pos: int) -> tuple[torch.Tensor, float]:
-    """The seed direction in the final residual at ``pos``, and the metric it reads out.
-
-    ``correct`` and ``wrong`` are token ids or sets of token ids. The metric is the mean logit of the
-    correct set minus the mean logit of the wrong set (a plain logit difference for single tokens; for
-    Greater-Than, years above the start year against the others). It is linear in the unembedding, so
-    it pulls back through the final norm to one direction, as for a single logit difference.
-    """
-    c_ids, w_ids = _as_ids(correct, "correct"), _as_ids(wrong, "wrong")
-    if set(c_ids) & set(w_ids):
-        raise ValueError(f"tokens in both the correct and the wrong set: {sorted(set(c_ids) & set(w_ids))}")
-    delta = arch.unembed(c_ids).mean(0) - arch.unembed(w_ids).mean(0)
-    L = arch.n_layers
-    direction = arch.ln_final.fold(delta[:, None])[:, 0] / arch.ln_final.scale(dec.acts.resid[L, pos])
-    logits = dec.acts.logits
-    metric = float(logits[c_ids].mean() - logits[w_ids].mean())
-    return direction, metric
-
-
-def _meta_ids(tokens):
-    """An int for a single token id, a list for a set of them (as given)."""
-    ids = _as_ids(tokens, "answer")
-    scalar = isinstance(tokens, int) or (torch.is_tensor(tokens) and tokens.ndim == 0)
-    return ids[0] if scalar else ids
+def _meta_ids(tokens, ids: list[int]):
+    """An int for a single token id, a list for a TokenSet."""
+    return list(ids) if isinstance(tokens, TokenSet) else ids[0]
 
 
 class Tracer:
@@ -252,9 +252,36 @@ class Tracer:
             raise ValueError(f"input_ids must be 1-D (T,) or one prompt (1, T); got shape {tuple(ids.shape)}")
         vocab = self.model.get_input_embeddings().num_embeddings
         if int(ids.min()) < 0 or int(ids.max()) >= vocab:
+            bad = sorted({int(i) for i in ids if not 0 <= int(i) < vocab})
             raise ValueError(f"token ids must lie in 0..{vocab - 1} (the model's vocabulary); got "
-                             f"{int(ids.min())}..{int(ids.max())}")
+                             f"{int(ids.min())}..{int(ids.max())} (outside: {bad[:10]})")
+        n_pos = max_positions(self.model)
+        if n_pos is not None and ids.numel() > n_pos:
+            raise ValueError(f"a {ids.numel()}-token prompt is longer than the {n_pos} positions the model "
+                             f"({self.arch.model_type}) was built for; use at most {n_pos} tokens")
         return ids.long()
+
+    def check_answers(self, correct, wrong) -> tuple[list[int], list[int] | None]:
+        """The metric's token ids, checked against the contract (module docstring): one id each (a set
+        only as :class:`TokenSet`), inside the unembedding's vocabulary, no id on both sides; ``wrong``
+        required by "linear" seeding and refused by "prob"."""
+        vocab = self.arch.W_U.shape[0]
+        c_ids = answer_ids(correct, "correct", vocab, self.tokenizer)
+        if self.config.seeding == "prob":
+            if wrong is not None:
+                raise ValueError(
+                    "seeding='prob' traces the answer's own log-probability and takes no counterfactual: pass "
+                    "wrong=None (a contrastive log-probability is the logit difference, i.e. seeding='linear')")
+            return c_ids, None
+        if wrong is None:
+            raise ValueError("seeding='linear' traces logit(correct) - logit(wrong): the counterfactual token "
+                             "`wrong` is required (or use TraceConfig(seeding='prob'))")
+        w_ids = answer_ids(wrong, "wrong", vocab, self.tokenizer)
+        both = sorted(set(c_ids) & set(w_ids))
+        if both:
+            raise ValueError(f"token id(s) {both} are both the correct and the wrong answer: the metric would "
+                             "compare a token with itself")
+        return c_ids, w_ids
 
     def memory_limit_gb(self) -> float:
         cfg = self.config
@@ -274,31 +301,50 @@ class Tracer:
         return need
 
     # -- tracing ----------------------------------------------------------------------------------
-    def trace(self, input_ids, correct, wrong, position: int = -1) -> Circuit:
-        """Trace the circuit of the metric ``mean logit(correct) - mean logit(wrong)`` at ``position``.
+    def trace(self, input_ids, correct, wrong=None, position: int = -1) -> Circuit:
+        """Trace the circuit of the metric at ``position`` (default: the last token).
 
-        ``input_ids``: ONE prompt's token ids ((T,) or (1, T)). ``correct`` / ``wrong``: a token id
-        each (IOI: the indirect object vs the subject) or sets of token ids (Greater-Than: the digits
-        that make a later year vs the others). Runs at ``config.threads`` torch threads.
+        ``input_ids``: ONE prompt's token ids ((T,) or (1, T)). ``correct``: the answer's token id;
+        ``wrong``: the counterfactual's (IOI: the indirect object vs the subject); the metric is
+        logit(correct) - logit(wrong) ("linear" seeding). A set of ids (Greater-Than: the digits that
+        make a later year vs the others) only as :class:`TokenSet` (mean logit of each set). With
+        ``TraceConfig(seeding="prob")``, ``wrong`` is None and the metric is the answer's
+        log-probability (``circuit.logit_diff`` then holds its completeness, in nats). Every input is
+        checked before any work. Runs at ``config.threads`` torch threads.
         """
         ids = self.check_input(input_ids)
         T = ids.numel()
         if not -T <= position < T:
             raise ValueError(f"position {position} is outside a {T}-token prompt")
+        c_ids, w_ids = self.check_answers(correct, wrong)
         self.check_fits(T)
         with torch_threads(self.config.threads):
-            return self._trace(ids, correct, wrong, position % T)
+            return self._trace(ids, correct, wrong, c_ids, w_ids, position % T)
 
-    def _trace(self, ids: torch.Tensor, correct, wrong, pos: int) -> Circuit:
+    def _trace(self, ids: torch.Tensor, correct, wrong, c_ids, w_ids, pos: int) -> Circuit:
         t0 = time.perf_counter()
         cfg, arch = self.config, self.arch
         dec = Decomposition(arch, collect(self.model, arch, ids, self.nn, position=pos))
         solver = FiringSolver(dec, self.svd, variant=cfg.variant)
-        # seeds on the logit-difference direction
         L = arch.n_layers
         vecs, labels = dec.components(L, pos)
-        direction, logit_diff = answer_direction(arch, dec, correct, wrong, pos)
-        proj = vecs @ direction
+        seed_meta: dict = {}
+        if cfg.seeding == "linear":  # step 8, the paper's rule
+            direction, metric = answer_direction(arch, dec, TokenSet(c_ids), TokenSet(w_ids), pos)
+            weight = vecs @ direction
+            seed_idx = seeds(weight).tolist()
+            total = float(weight.sum())
+            empty = None if total > 0 else (
+                "negative_logit_diff", f"the metric's components sum to {total:.4g} <= 0 (logit difference "
+                f"{metric:.4g}): the model does not prefer the answer, nothing is traced")
+        else:  # step 8, the authors' tracer since v0.3.0
+            ps = prob_seeds(arch, vecs, dec.acts.resid[L, pos], c_ids, cfg.prob_tau, cfg.prob_ig_steps)
+            weight, seed_idx, metric = ps.attribution, ps.idx.tolist(), ps.completeness
+            seed_meta = dict(log_prob=ps.log_prob, completeness=ps.completeness, seed_drop=ps.drop,
+                             seed_target=ps.target, seed_target_reached=ps.reached, support_weights=ps.q)
+            empty = None if ps.completeness > 0 else (
+                "nonpositive_completeness", f"the answer's log-probability gains {ps.completeness:.4g} nats <= 0 "
+                "over the bias-only logits: nothing is traced")
         g = nx.MultiDiGraph()
         tokens = self._tokens(dec.acts.input_ids)
         out_node = f"LOGITS@{pos}"
@@ -313,18 +359,24 @@ class Tracer:
                 g.add_node(nid, kind=KIND_NAMES[kind], layer=layer, head=head, dest=token, src=src, A=A, traced=False)
             if kind == KIND_HEAD:
                 key = (layer, head, token, src)
-                if key not in seen and self._expandable(dec, *key):
+                if key not in seen and self._why_not_expanded(dec, *key) is None:
                     seen.add(key)
                     queue.append(Firing(*key))
             return nid
 
-        seed_idx = seeds(proj).tolist()
-        if cfg.variant == "authors" and not any(int(labels[i, 0]) == KIND_HEAD for i in seed_idx):
-            seed_idx = []  # the authors' tracer builds no circuit without an attention-head seed
+        head_seeds = [i for i in seed_idx if int(labels[i, 0]) == KIND_HEAD]
+        n_seeds = len(seed_idx)
+        if empty is None and not head_seeds:
+            kinds = sorted({KIND_NAMES[int(labels[i, 0])] for i in seed_idx})
+            empty = ("no_head_seed", f"none of the {len(seed_idx)} seeds is an attention head (seed kinds: "
+                     f"{', '.join(kinds) or 'none'}): " + ("nothing is traced (as the authors' tracer)"
+                                                          if cfg.variant == "authors" else "no firing to expand"))
+            if cfg.variant == "authors":
+                seed_idx = []  # the authors' tracer builds no circuit without an attention-head seed
         for i in seed_idx:
             kind, layer, head, src = labels[i].tolist()
             nid = add_component(kind, layer, head, pos, src)
-            w = float(proj[i])
+            w = float(weight[i])
             g.add_edge(nid, out_node, side="seed", token=pos, sing=[], rank=0, attribution=w, drop=w, weight=w)
         n = 0
         while queue and (cfg.max_firings is None or n < cfg.max_firings):
@@ -340,19 +392,38 @@ class Tracer:
                     uid = add_component(e.kind, e.layer, e.head, e.token, e.src)
                 g.add_edge(uid, fid, side=e.side, token=e.token, sing=e.sing, rank=e.rank,
                            attribution=e.attribution, drop=e.drop, weight=e.weight)
-        meta = dict(model=self.name, model_type=arch.model_type, correct=_meta_ids(correct), wrong=_meta_ids(wrong),
-                    position=pos, config=asdict(cfg), variant=cfg.variant, threads=torch.get_num_threads(),
-                    truncated=bool(queue))
-        return Circuit(g, tokens, logit_diff, time.perf_counter() - t0, n, meta)
+        if empty is None and n == 0:
+            if queue:
+                empty = ("truncated", f"max_firings={cfg.max_firings}: no firing was expanded")
+            else:
+                why = [f"A{int(labels[i, 1])}.{int(labels[i, 2])}@{pos}<{int(labels[i, 3])}: "
+                       f"{self._why_not_expanded(dec, int(labels[i, 1]), int(labels[i, 2]), pos, int(labels[i, 3]))}"
+                       for i in head_seeds]
+                empty = ("tau_cut", f"no head seed's firing is expanded ({'; '.join(why)})")
+        status, reason = empty if empty is not None else ("traced", "")
+        meta = dict(model=self.name, model_type=arch.model_type, correct=_meta_ids(correct, c_ids),
+                    wrong=None if w_ids is None else _meta_ids(wrong, w_ids), position=pos, config=asdict(cfg),
+                    variant=cfg.variant, seeding=cfg.seeding,
+                    metric="logit difference" if cfg.seeding == "linear" else "log-probability completeness (nats)",
+                    threads=torch.get_num_threads(), truncated=bool(queue), status=status, status_reason=reason,
+                    n_seeds=n_seeds, n_head_seeds=len(head_seeds), **seed_meta)
+        return Circuit(g, tokens, metric, time.perf_counter() - t0, n, meta)
 
-    def _expandable(self, dec: Decomposition, layer: int, head: int, dest: int, src: int) -> bool:
+    def _why_not_expanded(self, dec: Decomposition, layer: int, head: int, dest: int, src: int) -> str | None:
+        """None if the firing is expanded (step 9), else the rule that stops it."""
         cfg = self.config
         if layer == 0 and not cfg.expand_layer0:
-            return False
-        if dest == 0 or (src == 0 and not cfg.expands_source0):
-            return False
+            return "layer 0 (inputs are embeddings only)"
+        if dest == 0:
+            return "destination is token 0"
+        if src == 0 and not cfg.expands_source0:
+            return "source is token 0 (per-position variant)"
         n = len(visible(dec.T, dest, self.arch.layers[layer].sliding_window))
-        return float(dec.acts.attn[layer, head, dest, src]) >= tau_for(n)
+        A, tau = float(dec.acts.attn[layer, head, dest, src]), tau_for(n)
+        return None if A >= tau else f"A_ds {A:.3f} < tau {tau:.3f}"
+
+    def _expandable(self, dec: Decomposition, layer: int, head: int, dest: int, src: int) -> bool:
+        return self._why_not_expanded(dec, layer, head, dest, src) is None
 
     def _tokens(self, ids) -> list[str]:
         if self.tokenizer is None:

@@ -13,9 +13,10 @@
 # of the tracer's code) and asserted equal to what the tracer (`accpp.signals`, `accpp.trace`,
 # variant `authors`) produces for the same firing: first on a tiny random float64 Llama
 # (`accpp.testing`), exactly, for every firing of a whole circuit; then on one SmolLM2-135M IOI
-# prompt (offline model, one torch thread), with a figure per step. Method and sources:
-# `docs/accpp_method.md`. This notebook records no claim: the exactness of the candidates over
-# traced circuits (`accpp/candidates-exact`) is measured by accpp/01.
+# prompt (offline model, one torch thread): its seeds, one firing through every step and one level
+# of the recursion, with a figure per step. Method and sources: `docs/accpp_method.md`, whose step
+# numbers (1-10) the sections below use. This notebook records no claim: the exactness of the
+# candidates over traced circuits (`accpp/candidates-exact`) is measured by accpp/01.
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
@@ -84,7 +85,7 @@ assert check_components < EXACT and check_resid < EXACT
 
 # %% [markdown]
 # We follow the firing of the last layer whose weight $A_{ds}$ stands highest above the threshold
-# $\tau$ (step 5) at the last token, among heads and sources: a firing the tracer would expand.
+# $\tau$ (step 7) at the last token, among heads and sources: a firing the tracer would expand.
 
 # %%
 d_t = T_t - 1
@@ -151,7 +152,7 @@ print(pd.Series(step2).map("{:.1e}".format).to_string())
 assert max(step2.values()) < EXACT
 
 # %% [markdown]
-# ## 4. Step 3: candidate signals and their exact sum
+# ## 4. Steps 3-4: residual components, candidate signals and their exact sum
 # Write $\hat q_d$ as the sum of its components' parts, $\hat q_d = \sum_c (r_c/\sigma_d) M^Q_d$. A **query-side
 # candidate** is one component $c$ at $d$ on one singular direction $k$; its contribution to the
 # score of every key $j$ (the key side held whole) is
@@ -171,20 +172,20 @@ assert max(step2.values()) < EXACT
 firing_t = tch.explain_firing(tiny, fw_t, L_f, a_f, d_t, s_f, R_t)
 f_t = Firing(L_f, a_f, d_t, s_f)
 lib_cands = {"d": solver_t.query_candidates(f_t), "s": solver_t.key_candidates(f_t)}
-step3 = {}
+step4 = {}
 for side, name in (("d", "query"), ("s", "key")):
     mine = firing_t.sides[side]
     lib = lib_cands[side]
-    step3[f"{name} side: sum vs score row (rel.)"] = float((mine["rows"].sum(0) - S_t).abs().max() / S_t.abs().max())
-    step3[f"{name} side: every candidate vs tracer"] = float((mine["rows"] - lib.rows(torch.arange(lib.size))).abs().max())
+    step4[f"{name} side: sum vs score row (rel.)"] = float((mine["rows"].sum(0) - S_t).abs().max() / S_t.abs().max())
+    step4[f"{name} side: every candidate vs tracer"] = float((mine["rows"] - lib.rows(torch.arange(lib.size))).abs().max())
     assert torch.equal(mine["labels"][:, :3], lib.labels[:, :3])  # same components, same order
 print(f"{lib_cands['d'].size} query-side and {lib_cands['s'].size} key-side candidates "
       f"({lib_cands['d'].labels.shape[0]} components x {dh} singular directions)")
-print(pd.Series(step3).map("{:.1e}".format).to_string())
-assert max(step3.values()) < EXACT
+print(pd.Series(step4).map("{:.1e}".format).to_string())
+assert max(step4.values()) < EXACT
 
 # %% [markdown]
-# ## 5. Step 4: Integrated Gradients on the post-softmax weight
+# ## 5. Step 5: Integrated Gradients on the post-softmax weight
 # A candidate's effect on $A_{ds}$ is not additive (the softmax couples the keys). ACC++ attributes
 # $A_{ds}$ along the straight path from zero scores (uniform attention, $A = 1/n$ with $n = d+1$ visible
 # tokens) to $S$:
@@ -201,18 +202,18 @@ assert max(step3.values()) < EXACT
 # %%
 n_t = d_t + 1
 G_lib_t = ig_direction(S_lib_t, s_f)
-step4 = {"G vs tracer": float((firing_t.G - G_lib_t).abs().max()),
+step5 = {"G vs tracer": float((firing_t.G - G_lib_t).abs().max()),
          "query attributions vs tracer": float((firing_t.sides["d"]["attribution"] - lib_cands["d"].attribution(G_lib_t)).abs().max()),
          "key attributions vs tracer": float((firing_t.sides["s"]["attribution"] - lib_cands["s"].attribution(G_lib_t)).abs().max()),
          "sum of query attributions - S.G": float(firing_t.sides["d"]["attribution"].sum() - S_t @ firing_t.G),
          "sum of key attributions - S.G": float(firing_t.sides["s"]["attribution"].sum() - S_t @ firing_t.G)}
-print(pd.Series(step4).map("{:.1e}".format).to_string())
-assert max(abs(v) for v in step4.values()) < EXACT
+print(pd.Series(step5).map("{:.1e}".format).to_string())
+assert max(abs(v) for v in step5.values()) < EXACT
 completeness_t = float(S_t @ firing_t.G - (firing_t.A - 1 / n_t))
 print(f"completeness, 64 trapezoid steps: S.G - (A_ds - 1/n) = {completeness_t:.1e}")
 
 # %% [markdown]
-# ## 6. Step 5: greedy removal to $\tau(d)$
+# ## 6. Steps 6-7: greedy removal to $\tau(d)$, and which firings are traced
 # Candidates are removed in decreasing attribution, the softmax recomputed exactly after each,
 # until $A_{ds}$ falls below
 #
@@ -262,7 +263,7 @@ print(f"signals of the firing: max |weight, drop, attribution difference| vs the
 edges_t
 
 # %% [markdown]
-# ## 7. Step 6: seeds and the recursion
+# ## 7. Steps 8-9: seeds and the recursion
 # **Seeds.** The logit difference $\mathrm{logit}(\text{correct}) - \mathrm{logit}(\text{wrong})$ at the answer position
 # is linear in the final residual read through the final RMSNorm, so it splits over the components
 # of that residual: $\mathrm{proj}_c = r_c\cdot \big(g\odot(W_U[\text{correct}] - W_U[\text{wrong}])\big)/\sigma$, summing to the
@@ -309,8 +310,9 @@ assert worst_g < EXACT
 # Every step above, on every firing of the tiny model's circuit, equals the tracer's to rounding.
 #
 # ## 8. The same steps on SmolLM2-135M and one IOI prompt
-# Now a real model (SmolLM2-135M, float32 weights, loaded offline) and one prompt of the IOI set
-# ("... {IO} and {S} went to ... {S} gave it to" → " {IO}"). The step-by-step code runs in float64
+# Now a real model (SmolLM2-135M, float32 weights, loaded offline) and the first prompt of the seeded
+# IOI set, whose names come in either order (ABBA: "... {IO} and {S} ...", BABA: "... {S} and {IO} ...";
+# its text and order are printed below; the answer is " {IO}"). The step-by-step code runs in float64
 # on the model's float32 activations. One thing differs from the tiny model: the model computed its
 # residual stream in float32, so the components (recomputed in float64 from the model's attention
 # weights) sum to that residual only to float32 rounding. Both the tracer and the step-by-step code
@@ -329,7 +331,7 @@ dec = tracer.decompose(prompt.ids())
 pos = len(prompt.input_ids) - 1
 float32_gap = max(float((tch.components(fw, L, t)[0].sum(0) - fw.resid[L, t]).abs().max() / fw.resid[L, t].abs().max())
                   for L in range(fw.n_layers + 1) for t in range(pos + 1))
-print(f"prompt: {prompt.text!r} -> {prompt.io!r} (IO) vs {prompt.s!r} (S), {pos + 1} tokens")
+print(f"prompt ({prompt.order}): {prompt.text!r} -> {prompt.io!r} (IO) vs {prompt.s!r} (S), {pos + 1} tokens")
 print(f"logit difference {circuit.logit_diff:.2f}; circuit: {circuit.n_firings} firings traced, "
       f"{circuit.graph.number_of_nodes()} nodes, {circuit.graph.number_of_edges()} edges")
 print(f"components vs the float32 residual: max relative difference {float32_gap:.1e}")
@@ -429,7 +431,7 @@ fig.suptitle(f"Head {L_s}.{a_s} at {tokens[d_s]!r} (token {d_s}) attends to {tok
 plotting.savefig(fig, "accpp/00_score_row", profile=nb.profile)
 
 # %% [markdown]
-# ### Step 3: the candidates and their sum
+# ### Steps 3-4: the candidates and their sum
 # Each side's candidates sum exactly to the score row. The figure sorts the query-side candidates by
 # their contribution to the followed key's score $S_{ds}$ and shows the running sum: the positive
 # contributions add up to far more than $S_{ds}$ before the negative ones cancel them back down (the
@@ -439,11 +441,11 @@ plotting.savefig(fig, "accpp/00_score_row", profile=nb.profile)
 # %%
 rows_q, rows_k = firing.sides["d"]["rows"], firing.sides["s"]["rows"]
 lib_q, lib_k = solver.query_candidates(Firing(L_s, a_s, d_s, s_s)), solver.key_candidates(Firing(L_s, a_s, d_s, s_s))
-step3_real = {"query side: sum vs score row (rel.)": float((rows_q.sum(0) - firing.S).abs().max() / firing.S.abs().max()),
+step4_real = {"query side: sum vs score row (rel.)": float((rows_q.sum(0) - firing.S).abs().max() / firing.S.abs().max()),
               "key side: sum vs score row (rel.)": float((rows_k.sum(0) - firing.S).abs().max() / firing.S.abs().max())}
 print(f"{rows_q.shape[0]} query-side, {rows_k.shape[0]} key-side candidates")
-print(pd.Series(step3_real).map("{:.1e}".format).to_string())
-assert max(step3_real.values()) < EXACT
+print(pd.Series(step4_real).map("{:.1e}".format).to_string())
+assert max(step4_real.values()) < EXACT
 col = rows_q[:, s_s]
 srt = torch.sort(col, descending=True).values
 print(f"running sum of the contributions to S_ds, largest first: peaks at {float(torch.cumsum(srt, 0).max()):.1f}, "
@@ -458,18 +460,18 @@ ax.legend(fontsize=8)
 plotting.savefig(fig, "accpp/00_candidates_sum", profile=nb.profile)
 
 # %% [markdown]
-# ### Step 4: Integrated Gradients
+# ### Step 5: Integrated Gradients
 # Left: $A_{ds}$ along the path $tS$, from the uniform $1/n$ to the model's value. Right: the
 # completeness gap $|S\cdot G - (A_{ds} - 1/n)|$ of the trapezoid rule against the number of intervals
 # (64 used); it shrinks as $O(\text{steps}^{-2})$, the integral itself being exact.
 
 # %%
 G_lib = ig_direction(S_lib, s_s)
-step4_real = {"G vs tracer": float((firing.G - G_lib).abs().max()),
+step5_real = {"G vs tracer": float((firing.G - G_lib).abs().max()),
               "query attributions vs tracer": float((firing.sides["d"]["attribution"] - lib_q.attribution(G_lib)).abs().max()),
               "key attributions vs tracer": float((firing.sides["s"]["attribution"] - lib_k.attribution(G_lib)).abs().max())}
-print(pd.Series(step4_real).map("{:.1e}".format).to_string())
-assert max(step4_real.values()) < EXACT
+print(pd.Series(step5_real).map("{:.1e}".format).to_string())
+assert max(step5_real.values()) < EXACT
 ts = torch.linspace(0, 1, 101, dtype=torch.float64)
 path = torch.stack([torch.softmax(t * firing.S, -1)[s_s] for t in ts])
 STEPS = [4, 8, 16, 32, 64, 128, 256, 1024]
@@ -490,7 +492,7 @@ fig.tight_layout()
 plotting.savefig(fig, "accpp/00_integrated_gradients", profile=nb.profile)
 
 # %% [markdown]
-# ### Step 5: greedy removal
+# ### Steps 6-7: greedy removal
 # $A_{ds}$ after each removal, query side and key side, until it drops below $\tau$; then the signals
 # (removed candidates grouped by component), compared with the tracer's.
 
@@ -513,7 +515,7 @@ print(f"{len(edges_real)} signals ({(edges_real.side == 'd').sum()} query side, 
 edges_real.head(12)
 
 # %% [markdown]
-# ### Step 6: the recursion
+# ### Step 9: the recursion
 # The followed firing's signals from upstream heads become the next firings; those at or above their
 # own $\tau$ (and above layer 0, destination not token 0) are expanded in turn. Below, which of them the
 # rule expands, checked against the tracer's circuit, and the whole circuit (x: token, y: layer; blue:
@@ -548,9 +550,17 @@ viewer.save(circuit, "accpp/00_circuit", title=f"ACC++ circuit, SmolLM2-135M, {p
 
 # %% [markdown]
 # ## 9. Summary
-# Every step of the tracer was recomputed from its definition: the SVD of $\Omega$, the folded,
-# rotated query and key forms, the candidates (components × singular directions) and their exact
-# sum, Integrated Gradients and its completeness, the greedy removal to $\tau(d)$, the seeds and the
-# recursion. On a tiny float64 model they equal the tracer's to rounding for every firing of a
-# whole circuit; on SmolLM2-135M too, with the components' sum standing for the residual that the
-# model computed in float32 (they differ by float32 rounding, about $10^{-7}$ relative).
+# Every step of the tracer (1-9) was recomputed from its definition: the SVD of $\Omega$, the folded,
+# rotated query and key forms, the candidates (query side: component × singular direction; key side:
+# component label × singular direction, spanning the key positions) and their exact sum, Integrated
+# Gradients and its completeness, the greedy removal to $\tau(d)$, the seeds and the recursion.
+# What was compared, and at what scale:
+#
+# - tiny float64 Llama: every firing of a whole circuit, and the whole graph (nodes, expanded
+#   firings, edges with their singular indices and weights), equal to the tracer's to rounding;
+# - SmolLM2-135M, one IOI prompt: the seeds, then ONE firing (the largest head seed) through every
+#   step (score row, candidates, attributions, greedy path, signals), and one level of the recursion
+#   (which of that firing's upstream head firings are expanded). The rest of the real circuit is the
+#   tracer's own output, drawn but not recomputed here. Inputs are the components' sum, which stands
+#   for the residual the model computed in float32 (they differ by float32 rounding, about $10^{-7}$
+#   relative).

@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 
-from accpp import datasets, figures, ioi, roles, viewer
+from accpp import datasets, families, figures, ioi, roles, viewer
 from accpp.acc import ACCConfig, acc_trace, measure_smaller_than_acc
 from accpp.graph import save_circuit, signal_ranks
 from accpp.models import load_model
@@ -48,6 +48,7 @@ N_TRACE = profiles.pick(nb.profile, cpu=4, paper=256)
 N_ACC = profiles.pick(nb.profile, cpu=2, paper=32)
 N_NULL = profiles.pick(nb.profile, cpu=4, paper=64)  # prompts traced again for a random name pair
 N_VARIANT = profiles.pick(nb.profile, cpu=2, paper=16)  # prompts traced with the per-position variant
+N_FAMILY = profiles.pick(nb.profile, cpu=48, paper=256)  # behaviour prompts per template family
 OUT = nb.run_dir / "circuits" / "accpp" / "01_ioi"  # circuit JSON files of this run (not figures)
 OUT.mkdir(parents=True, exist_ok=True)
 nb
@@ -78,6 +79,27 @@ ax.set_title(f"IOI logit difference, {MODEL}")
 plotting.savefig(fig, "accpp/01_ioi_logit_diff", profile=nb.profile)
 
 # %% [markdown]
+# ### Behaviour per template family (recorded apart from the claims)
+# The prompts above use the paper's templates. The same task in other wordings (`accpp.families`):
+# `paper` (the authors' 15 templates), `other` (five of ours, names inside the sentence) and
+# `initial` (five of ours that begin with a name, written there without its leading space, possibly
+# as several tokens). In the ABBA order of an `initial` template the IO is written only at the start,
+# so the answer token " IO" never occurs in the prompt; rows are split by that (`answer_in_prompt`).
+# This table is not a claim's check; it is saved as `01_ioi_behaviour_by_family.csv`.
+
+# %%
+family_rows = []
+for fam_name in families.IOI_FAMILIES:
+    fam_prompts = families.ioi_family_set(tok, fam_name, n=N_FAMILY, seed=SEED)
+    fam_ld = datasets.evaluate(model, fam_prompts).logit_diff
+    family_rows += [families.behaviour_table(fam_prompts, fam_ld, by=("family",), model=MODEL),
+                    families.behaviour_table(fam_prompts, fam_ld, by=("family", "order", "answer_in_prompt"),
+                                             model=MODEL)]
+by_family = pd.concat(family_rows, ignore_index=True)
+by_family.to_csv(nb.out / "01_ioi_behaviour_by_family.csv", index=False)
+by_family.round(3)
+
+# %% [markdown]
 # ## 2. Circuits of representative prompts
 # Representative = correctly solved, alternating ABBA and BABA, in the order of the seeded set.
 
@@ -94,8 +116,12 @@ circuits = [ioi.trace_ioi(tracer, p) for p in chosen]
 for i, c in enumerate(circuits[:2]):
     save_circuit(c, OUT / f"circuit_{i}_{c.meta['order']}.json")
 table = pd.DataFrame([ioi.circuit_row(c) for c in circuits])
-print(f"SVDs ready in {svd_s:.1f} s")
-table[["order", "logit_diff", "firings", "nodes", "edges", "signal_edges", "heads", "rank1", "roles", "seconds"]]
+print(f"SVDs ready in {svd_s:.1f} s; circuits by status: {ioi.status_counts(circuits)}")
+for c in circuits:
+    if c.status != "traced":
+        print(f"  {c.meta['text']!r}: {c.status} ({c.reason})")
+table[["order", "status", "logit_diff", "firings", "nodes", "edges", "signal_edges", "heads", "rank1", "roles",
+       "seconds"]]
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(15, 7))

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from accpp import figures, viewer
+from accpp import families, figures, viewer
 from accpp import pronouns as pr
 from accpp.acc import acc_trace
 from accpp.graph import save_circuit
@@ -63,12 +63,16 @@ OUT.mkdir(parents=True, exist_ok=True)
 # authors' ACC (`accpp.acc`, default config) on the first `N_ACC` of them; sizes are graph node counts.
 
 # %%
-results = {}
+results, family_rows = {}, []
 for name in MODEL_LIST:
     t0 = time.perf_counter()
     model, tok = load_model(name, device=nb.device)
     prompts = pr.pronoun_prompts(tok)
     metrics = pr.evaluate(model, prompts)
+    for fam_name in families.PRONOUN_FAMILIES:  # behaviour per template family (section 1b; not a claim)
+        fam_prompts = families.pronoun_family_set(tok, fam_name)
+        family_rows.append(families.behaviour_table(fam_prompts, pr.evaluate(model, fam_prompts).logit_diff,
+                                                    by=("family", "answer_in_prompt"), model=name))
     solved = [p for p, ld in zip(prompts, metrics.logit_diff.tolist()) if ld > 0]
     chosen = pr.balanced_sample(solved, N_TRACE, seed=nb.seed)
     tracer = Tracer(model, tok, name=name)
@@ -99,6 +103,20 @@ for ax, m in zip(axes[0], results):
            title=f"{m}: accuracy {results[m]['metrics'].accuracy:.2f}")
 fig.suptitle("Gendered pronouns: per-prompt logit difference by template and the name's gender")
 plotting.savefig(fig, "accpp/06_gendered_pronoun_behaviour", profile=nb.profile)
+
+# %% [markdown]
+# ### 1b. Behaviour per template family (recorded apart from the claims)
+# The claims above use our five "So {name} is ..., isn't" templates (family `so`). The same task in
+# other wordings (`accpp.families`): `other` (five of ours, the name inside the sentence) and
+# `initial` (the `so` templates without "So", so the name begins the prompt and is written without
+# its leading space, possibly as several tokens). `answer_in_prompt` says whether the pronoun's token
+# occurs in the prompt. Every template x usable name per family; not a claim's check; saved as
+# `06_gendered_pronoun_behaviour_by_family.csv`.
+
+# %%
+by_family = pd.concat(family_rows, ignore_index=True)
+by_family.to_csv(nb.out / "06_gendered_pronoun_behaviour_by_family.csv", index=False)
+by_family.round(3)
 
 # %% [markdown]
 # ## 2. One circuit per model

@@ -93,14 +93,20 @@ def test_standard_templates_keep_their_positions(tok):
         assert [i for i, x in enumerate(ids) if x == p.s_id] == [p.pos["S1"], p.pos["S2"]]
 
 
-def test_name_not_placeable_says_why(tok):
+def test_sentence_initial_name_of_several_tokens_covers_a_span(tok):
+    """A name that is one token only with its leading space is several tokens at the start of the
+    prompt: its role covers the span, its position is the span's last token."""
     names = single_token_names(tok)
-    split = next(n for n in names if len(tok(n).input_ids) > 1)  # one token only with a leading space
+    split = next(n for n in names if len(tok(n).input_ids) > 1)
     assert split not in single_token_names(tok, names, sentence_initial=True)
-    with pytest.raises(MultiTokenName, match=rf"name '{split}' at character 0 .*no leading space"):
-        make_prompt(tok, 0, "BABA", "Mary", split, "store", "drink", templates=NAME_FIRST)
-    # the same name is fine where it follows a space
-    make_prompt(tok, 0, "BABA", "Mary", split, "store", "drink")
+    p = make_prompt(tok, 0, "BABA", "Mary", split, "store", "drink", templates=NAME_FIRST)
+    a, b = p.spans["S1"]
+    assert a == 0 and b == len(tok(split).input_ids) > 1 and tok.decode(list(p.input_ids[a:b])) == split
+    assert p.pos["S1"] == b - 1 and p.pos["S1+1"] == b and p.input_ids[p.pos["S2"]] == p.s_id
+    assert p.spans["S2"] == (p.pos["S2"], p.pos["S2"] + 1) and p.answer_in_prompt
+    # where the same name follows a space it is one token
+    q = make_prompt(tok, 0, "BABA", "Mary", split, "store", "drink")
+    assert q.spans["S1"][1] - q.spans["S1"][0] == 1
 
 
 def test_io_equal_to_s_is_refused(tok):

@@ -308,3 +308,49 @@ def test_knockout_comparison_counts_random_sets():
     assert len(m["random_drops"]) == 9
     assert m["p"] == pytest.approx((1 + sum(r >= m["drop"] for r in m["random_drops"])) / 10)
     assert out["methods"]["none"] == dict(k=0, drop=0.0, p=1.0, random_drops=[])
+
+
+def test_template_families_build_with_the_noun_anywhere():
+    from accpp import families
+
+    tok = DigitTokenizer()
+    paper = gt.gt_prompts(tok, n=6, seed=3, nouns=["war"])
+    assert [p.text for p in families.gt_family_set(tok, "paper", n=6, seed=3, nouns=["war"])] == [p.text for p in paper]
+    for family in families.GT_FAMILIES:
+        prompts = families.gt_family_set(tok, family, n=20, seed=1, nouns=["war"])
+        assert {p.family for p in prompts} == {family}
+        wordings = {p.text.split(" 1")[0] for p in prompts}  # the text before the start year
+        assert len(wordings) == (1 if family == "paper" else 5)
+        for p in prompts:
+            ids = p.input_ids
+            yy_text = tok.decode(ids[p.pos["yy"][0]:p.pos["yy"][1] + 1])
+            assert p.text.endswith(f" {p.century}") and yy_text == f"{p.yy:02d}"
+    initial = gt.make_prompt(tok, "war", 17, 32, template=families.GT_FAMILIES["initial"][0], family="initial")
+    assert initial.text == "War lasted from the year 1732 to the year 17"
+
+
+@pytest.mark.parametrize("noun, template, match", [
+    ("", None, "noun '' is empty"),
+    ("w{a}r", None, "placeholder"),
+    ("war", "The {noun} lasted from {XX}{YY}", r"must hold \{noun\} and \{XX\}\{YY\} once and end with ' \{XX\}'"),
+])
+def test_greater_than_builder_refusals(noun, template, match):
+    with pytest.raises(ValueError, match=match):
+        gt.make_prompt(DigitTokenizer(), noun, 17, 32, template=template)
+
+
+@pytest.mark.parametrize("seeding", ["linear", "prob"])
+def test_trace_gt_traces_the_digit_sets_as_token_sets(seeding):
+    """Greater-Than asks for token sets explicitly: linear, the later units digits against the others;
+    prob, the later units digits as the support (no counterfactual)."""
+    from accpp.trace import TraceConfig, Tracer
+
+    tok = DigitTokenizer()
+    p = gt.make_prompt(tok, "war", 17, 32)
+    with float64_exact():
+        tracer = Tracer(tiny_model("llama", seed=2), tok, config=TraceConfig(seeding=seeding))
+        c = gt.trace_gt(tracer, p)
+    _, correct, wrong = gt.trace_target(tok, p)
+    assert c.meta["correct"] == correct == [tok.vocab[str(d)] for d in range(3, 10)]
+    assert c.meta["wrong"] == (wrong if seeding == "linear" else None) and c.meta["seeding"] == seeding
+    assert c.status in ("traced", "negative_logit_diff", "nonpositive_completeness", "no_head_seed", "tau_cut")

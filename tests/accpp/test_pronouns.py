@@ -181,6 +181,11 @@ def test_trace_on_a_tiny_model_records_the_prompt(exact):
     assert res["n_circuits"] == 1 and res["name_position"] == p.pos["name"] == 1
     assert 0 <= res["direct_name_share"] <= res["name_path_share"] <= 1
     assert set(res["position_shares"]) == set(range(2, len(p.input_ids) - 1))
+    # the size table labels the ACC++ circuit's status; a circuit of the unpreferred pronoun is empty
+    other = pr.make_prompt(tok, 0, "James", "female" if p.gender == "male" else "male")
+    empty = pr.trace_pronoun(tracer, other)
+    assert pr.size_row(p, c, c)["accpp_status"] == c.status == "tau_cut"  # head seeds, none above tau here
+    assert pr.size_row(other, empty, c)["accpp_status"] == "negative_logit_diff" == empty.status
 
 
 # ------------------------------------------------------------------ name paths on hand-built graphs

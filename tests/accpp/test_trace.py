@@ -91,7 +91,7 @@ def test_non_eager_attention_is_refused():
 def test_answer_sets_read_out_the_mean_logit_difference(family):
     from accpp.arch import from_model
     from accpp.decompose import Decomposition, collect
-    from accpp.trace import answer_direction
+    from accpp.trace import TokenSet, answer_direction
 
     with float64_exact():
         model = tiny_model(family, seed=3)
@@ -100,19 +100,19 @@ def test_answer_sets_read_out_the_mean_logit_difference(family):
         pos, L = dec.T - 1, arch.n_layers
         vecs, _ = dec.components(L, pos)
         logits = dec.acts.logits
-        direction, metric = answer_direction(arch, dec, [3, 7, 9], [11, 2], pos)
+        direction, metric = answer_direction(arch, dec, TokenSet([3, 7, 9]), TokenSet([11, 2]), pos)
         assert metric == pytest.approx(float(logits[[3, 7, 9]].mean() - logits[[11, 2]].mean()), abs=1e-12)
         # the components' projections add up to the metric (no unembedding bias in these families)
         assert float((vecs @ direction).sum()) == pytest.approx(metric, abs=1e-9)
-        # single tokens: the plain logit difference, and lists of one give the same direction
+        # single tokens: the plain logit difference; a list of one id is that id
         d1, m1 = answer_direction(arch, dec, 7, 11, pos)
-        d2, m2 = answer_direction(arch, dec, [7], [11], pos)
+        d2, m2 = answer_direction(arch, dec, [7], torch.tensor([11]), pos)
         assert m1 == pytest.approx(float(logits[7] - logits[11]), abs=1e-12) and torch.equal(d1, d2) and m1 == m2
         with pytest.raises(ValueError, match="both"):
-            answer_direction(arch, dec, [3, 7], [7], pos)
+            answer_direction(arch, dec, TokenSet([3, 7]), 7, pos)
         with pytest.raises(ValueError, match="empty"):
-            answer_direction(arch, dec, [], [7], pos)
-        c = Tracer(model).trace(random_prompt(12, seed=5), [3, 7, 9], [11, 2])
+            answer_direction(arch, dec, [], 7, pos)
+        c = Tracer(model).trace(random_prompt(12, seed=5), TokenSet([3, 7, 9]), TokenSet([11, 2]))
         assert c.meta["correct"] == [3, 7, 9] and c.logit_diff == pytest.approx(metric, abs=1e-12)
 
 
