@@ -10,7 +10,7 @@
 # `papers/protot/authors_robustness/` (with their source); the JS values a check compares against
 # are in `claims.yaml`.
 #
-# **Checked here, as registered in `claims.yaml` before measuring:** their input pairs are not used;
+# **Checked here:** as registered in `claims.yaml` before measuring; their input pairs are not used;
 # we generate at least 200 pairs per type from single **validation** sentences with written rules
 # (the table below), the three meaning-changing types serving as the control. For each pair we
 # compare the two next-token distributions after the last token (the sentence's final mark, which
