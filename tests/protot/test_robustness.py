@@ -45,6 +45,9 @@ CASES = [
     ("negation", "You cannot see it from here.", {"You can see it from here."}),
     ("number", "This method is simple to use.", {"These methods are simple to use."}),
     ("number", "These tables are wide enough.", {"This table is wide enough."}),
+    ("number", "This study is recent work.", {"These studies are recent work."}),
+    ("number", "Those boxes were heavy today.", {"That box was heavy today."}),
+    ("number", "These cities are large now.", {"This city is large now."}),
     ("number", "We studied these cases, one by one.", {"We studied this case, one by one."}),
 ]
 PLAIN = "Birds fly south every winter."     # no site of any word rule
@@ -329,6 +332,14 @@ def test_control_separation_and_preconditions():
     pairs, scores = _synthetic(_planted(scale_changing=0.2))      # meaning changes move less than the edits
     sep = rb.control_separation(pairs, scores["ProtoT"], n_boot=500)
     assert not sep["separates"] and sep["ci_hi"] < 0
+    # a slightly larger mean under meaning changes whose interval still includes 0 does not separate
+    flat = {m: {**{t: 0.02 for t in rb.PRESERVING}, **{t: 0.0202 for t in rb.CHANGING}} for m in ("ProtoT", "LLaMA")}
+    pairs_f, scores_f = _synthetic(flat, n=50, seed=3)
+    sep = rb.control_separation(pairs_f, scores_f["ProtoT"], n_boot=500)
+    assert sep["ci_lo"] < 0 < sep["ci_hi"] and not sep["separates"]
+    pairs_s, scores_s = _synthetic(_planted(), n=50)
+    sep = rb.control_separation(pairs_s, scores_s["ProtoT"], n_boot=500)
+    assert sep["separates"] and sep["ci_lo"] > 0
     v = rb.measure_robustness(pairs, scores, paper, n_boot=300).values
     status, _, _, reason = claims.evaluate(claims.get_claim(CLAIM), v, "cpu")
     assert status == claims.INCONCLUSIVE and "control-separates" in reason
