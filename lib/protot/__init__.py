@@ -6,7 +6,8 @@
     protot.intervene  mask / reinitialise / clamp one prototype (context managers)
     protot.bench      timing helpers shared by the derivation notebook and benchmarks/bench_mixer.py
     protot.concepts   what each prototype writes and reads (concept labels)
-    protot.robustness meaning-preserving edits, next-token Jensen-Shannon divergence, routing change
+    protot.robustness rule-based edits (7 meaning-preserving, 3 meaning-changing types), four next-token
+                      metrics, comparison of orders with the authors' robustness tables
     protot.throughput training and decoding throughput against context length
     protot.train      tokenizer, packing, trainer, checkpoints, evaluation, pretrained models
 """

@@ -1,317 +1,362 @@
-"""protot.robustness: the edit generators (local, seeded, None when inapplicable, last word kept),
-the divergences (hand-computed values, bounds, symmetry), pairs, statistics, and score_pairs on
-tiny random ProtoT / LLaMA models (identical pairs give 0; batching does not change the result;
-restoring the routing restores the final read gates)."""
+"""protot.robustness: the written rules (each produces its intended edit on hand-written sentences
+and refuses sentences it cannot edit), sentences and pairs, the four metrics by hand, scoring on
+tiny random models, and the comparison with the authors' tables on planted orders and on nulls
+(shuffled type labels, type-blind edits) that must fail the order check."""
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+from compendium import claims, paths
 from protot import robustness as rb
 from protot.models import build_model
 from protot.train import tokenizer as tk
 
-# A text with sites for every edit type (before its last word).
-RICH = ('For example, the United States and the U.K. organize their color programs in the center of town. '
-        'However the students often begin early, "very early" in fact, and they bought 10 percent more. '
-        'Dr. Smith said the children were happy; the results were important, large and rapid overall')
-PLAIN = "the cat sat on a mat in the sun and ate its own fish that day"   # no abbreviation / spelling / synonym site
+AUTHORS = paths.papers_dir() / "protot" / "authors_robustness"
+CLAIM = "protot/robustness-jsd"
 
 
-def _diff_span(a: str, b: str) -> tuple[int, int, int]:
-    """(common prefix length, length of a's changed middle, length of b's changed middle)."""
-    p = len(os.path.commonprefix([a, b]))
-    s = len(os.path.commonprefix([a[p:][::-1], b[p:][::-1]]))
-    return p, len(a) - p - s, len(b) - p - s
+# -- rules: the intended edit on hand-written sentences --------------------------------------------------
+# (type, sentence, the set of acceptable edited sentences)
+CASES = [
+    ("abbreviation", "She moved to the United States in the spring.", {"She moved to the U.S. in the spring."}),
+    ("abbreviation", "Prices rose by 10 percent last year.", {"Prices rose by 10% last year."}),
+    ("abbreviation", "We met Doctor Smith at noon.", {"We met Dr. Smith at noon."}),
+    ("contraction", "They do not know the answer.", {"They don't know the answer."}),
+    ("contraction", "I'm sure the plan works.", {"I am sure the plan works."}),
+    ("morphology", "They learned the rules quickly.", {"They learnt the rules quickly."}),
+    ("morphology", "The second design is more simple overall.", {"The second design is simpler overall."}),
+    ("morphology", "The geographic spread was wide.", {"The geographical spread was wide."}),
+    ("punctuation", "However the result was clear.", {"However, the result was clear."}),
+    ("punctuation", "We bought apples, pears and plums today.",
+     {"We bought apples, pears, and plums today.", "We bought apples pears and plums today."}),
+    ("spelling", "The color of the sky changes.", {"The colour of the sky changes."}),
+    ("spelling", "They organize the files weekly.", {"They organise the files weekly."}),
+    ("synonym", "The students often read at night.",
+     {"The pupils often read at night.", "The students frequently read at night."}),
+    ("gender", "The king spoke first.", {"The queen spoke first."}),
+    ("gender", "He finished it early.", {"She finished it early."}),
+    ("negation", "The water is warm today.", {"The water is not warm today."}),
+    ("negation", "The water was not warm today.", {"The water was warm today."}),
+    ("negation", "You cannot see it from here.", {"You can see it from here."}),
+    ("number", "This method is simple to use.", {"These methods are simple to use."}),
+    ("number", "These tables are wide enough.", {"This table is wide enough."}),
+    ("number", "This study is recent work.", {"These studies are recent work."}),
+    ("number", "Those boxes were heavy today.", {"That box was heavy today."}),
+    ("number", "These cities are large now.", {"This city is large now."}),
+    ("number", "We studied these cases, one by one.", {"We studied this case, one by one."}),
+]
+PLAIN = "Birds fly south every winter."     # no site of any word rule
 
 
-# -- edit generators ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("edit_type", rb.ALL_TYPES)
-def test_each_type_changes_the_text_locally(edit_type):
-    gen = rb.generator(edit_type)
-    max_words = {"typos": 0, "synonym": 1, "random-word": 0, "spelling": 1, "abbreviation": 2, "punctuation": 0}[edit_type]
-    for seed in range(25):
-        new = gen(RICH, np.random.default_rng(seed))
-        assert new is not None and new != RICH, f"{edit_type} did not edit (seed {seed})"
-        _, da, db = _diff_span(RICH, new)
-        assert max(da, db) <= 40, f"{edit_type}: the edit is not local ({da}, {db} chars changed): {new!r}"
-        assert abs(len(new.split()) - len(RICH.split())) <= max_words, f"{edit_type}: word count changed: {new!r}"
-        assert new.split()[-1] == RICH.split()[-1], f"{edit_type} touched the last word"
+@pytest.mark.parametrize("edit_type,sentence,expected", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_rule_makes_the_intended_edit(edit_type, sentence, expected):
+    got = {rb.apply_edit(sentence, edit_type, seed).text for seed in range(12)}
+    assert got == expected, f"{edit_type} on {sentence!r}: {got}"
 
 
-def test_edit_records_what_it_replaced():
-    for t in rb.ALL_TYPES:
-        e = rb.apply_edit(RICH, t, 3)
-        assert e.edit_type == t and RICH[e.start:e.end] == e.before
-        assert e.text == RICH[:e.start] + e.after + RICH[e.end:]
-        assert e.end <= rb.protected_start(RICH)
+@pytest.mark.parametrize("edit_type", [t for t in rb.EDIT_TYPES if t not in ("typo", "punctuation")])
+def test_rules_refuse_sentences_without_a_site(edit_type):
+    assert rb.apply_edit(PLAIN, edit_type, 0) is None
+    assert rb.sites(PLAIN, edit_type) == []
 
 
-def test_seeded_determinism_and_variety():
-    for t in rb.ALL_TYPES:
-        a = [rb.apply_edit(RICH, t, np.random.default_rng(s)).text for s in range(12)]
-        b = [rb.apply_edit(RICH, t, np.random.default_rng(s)).text for s in range(12)]
-        assert a == b, f"{t} is not deterministic for a seed"
-        assert len(set(a)) >= 3, f"{t}: 12 seeds gave only {len(set(a))} distinct edits"
-    assert rb.typos(RICH, 7) == rb.typos(RICH, np.random.default_rng(7))   # an int seed is a Generator seed
+@pytest.mark.parametrize("edit_type,sentence", [
+    ("abbreviation", "The meeting took place in the United States."),   # "U.S." would swallow the final period
+    ("contraction", "It's been a long day."),                          # 's = has: not expanded
+    ("number", "This is the end of it."),                              # "is" is not a noun
+    ("number", "This analysis is long."),                              # irregular / uncountable nouns refused
+    ("negation", "I ate apples in May today."),                        # no auxiliary
+    ("gender", "Her answer was right."),                               # her -> him/his is ambiguous
+    ("punctuation", "Birds fly south."),
+])
+def test_rules_refuse_what_they_cannot_edit(edit_type, sentence):
+    assert rb.apply_edit(sentence, edit_type, 0) is None, rb.apply_edit(sentence, edit_type, 0)
 
 
-@pytest.mark.parametrize("edit_type", ["abbreviation", "spelling", "synonym"])
-def test_none_when_inapplicable(edit_type):
-    assert rb.generator(edit_type)(PLAIN, np.random.default_rng(0)) is None
-
-
-def test_none_for_punctuation_and_typos_without_sites():
-    assert rb.punctuation("the cat sat on a mat in the sun", np.random.default_rng(0)) is None
-    assert rb.typos("a cat sat on the mat", np.random.default_rng(0)) is None     # no word of 4+ letters
-    assert rb.random_word("a cat sat on the mat", np.random.default_rng(0)) is None
-
-
-def test_the_last_word_is_protected():
-    for seed in range(10):
-        assert rb.spelling("the sky has a nice color", seed) is None          # the only site is the last word
-        assert rb.typos("a cat sat on the wall", seed) is None
-        assert rb.synonym("we saw it often", seed) is None
-
-
-def test_specific_rules():
-    s = "The color of the sky is blue today"
-    assert rb.spelling(s, 0) == "The colour of the sky is blue today"
-    assert rb.spelling("They organize the data well", 0) == "They organise the data well"
-    assert rb.spelling("They organised the data well", 0) == "They organized the data well"
-    assert rb.spelling("The size of the prize is big", 0) is None               # not -ize words
-    assert rb.abbreviation("The United States is large and old", 0) == "The U.S. is large and old"
-    assert rb.abbreviation("He lives in the United States. He is old", 0) == "He lives in the U.S. He is old"
-    assert rb.abbreviation("It rose 10 percent last year", 0) == "It rose 10% last year"
-    assert rb.synonym("Often the results are clear", 0) == "Frequently the results are clear"   # case kept
-    assert rb.punctuation("He left; she stayed home", 0) == "He left. She stayed home"
-
-
-def test_typos_keep_the_first_letter_and_change_one_word_by_one_letter():
-    text = "Wonderful mountains surround the little village today"
+def test_typo_changes_one_word_by_one_operation_keeping_its_first_letter():
     for seed in range(40):
-        e = rb.apply_edit(text, "typos", seed)
-        assert e.before[0] == e.after[0] and e.before != e.after
-        assert abs(len(e.after) - len(e.before)) <= 1 and sorted(e.after) != [] and e.rule.startswith("typo: ")
-        if e.rule == "typo: swap":
-            assert sorted(e.after) == sorted(e.before)
+        e = rb.apply_edit(PLAIN, "typo", seed)
+        w, v = e.before, e.after
+        assert e.text == PLAIN[:e.start] + v + PLAIN[e.end:] and PLAIN[e.start:e.end] == w
+        assert len(w) >= 4 and v[0] == w[0] and v != w
+        op = e.rule.split(": ")[1]
+        if op == "swap":
+            d = [i for i in range(len(w)) if w[i] != v[i]]
+            assert len(v) == len(w) and len(d) == 2 and d[1] == d[0] + 1 and w[d[0]] == v[d[1]] and w[d[1]] == v[d[0]]
+        elif op == "drop":
+            assert len(v) == len(w) - 1 and any(w[:i] + w[i + 1:] == v for i in range(1, len(w)))
+        else:
+            assert op == "duplicate" and len(v) == len(w) + 1 and any(w[:i + 1] + w[i:] == v for i in range(1, len(w)))
 
 
-def test_bad_edit_type_is_a_clear_error():
-    with pytest.raises(ValueError, match="unknown edit type 'typo'.*abbreviation"):
-        rb.generator("typo")
-    with pytest.raises(ValueError, match="unknown edit type"):
-        rb.apply_edit(RICH, "Synonym", 0)
-    with pytest.raises(ValueError, match="unknown edit type"):
-        rb.make_pairs([RICH], 1, types=["spellings"])
+def test_edits_keep_the_final_mark_and_record_the_replacement():
+    sentence = "For example, the students often organize the color plans in the United States today."
+    for t in rb.EDIT_TYPES:
+        for seed in range(8):
+            e = rb.apply_edit(sentence, t, seed)
+            if e is None:
+                continue
+            assert e.text.endswith(".") and not e.text.endswith("..") and e.end <= rb.final_mark(sentence)
+            assert sentence[e.start:e.end] == e.before and e.text == sentence[:e.start] + e.after + sentence[e.end:]
 
 
-# -- contexts and pairs -------------------------------------------------------------------------------
-def test_contexts_and_pairs():
-    docs = [RICH + "\n" + RICH.replace("Dr. Smith", "Mr. Jones"), "short\n" + PLAIN * 20]
-    ctx = rb.make_contexts(docs, min_chars=100, max_chars=250, seed=1)
-    assert ctx and all(100 <= len(c) <= 250 for c in ctx)
-    for c in ctx:
-        full = next(d for d in docs if c in d)
-        i = full.index(c) + len(c)
-        assert full[i] == " " and full[i + 1].isalnum(), "a context ends just before a word"
-    pairs = rb.make_pairs(ctx, 5, types=rb.ALL_TYPES, seed=0)
-    assert (pairs.groupby("edit_type").context_id.nunique() == pairs.groupby("edit_type").size()).all()
+def test_seeded_and_clear_errors():
+    s = CASES[12][1]
+    assert [rb.apply_edit(s, "synonym", k).text for k in range(6)] == [rb.apply_edit(s, "synonym", k).text for k in range(6)]
+    with pytest.raises(ValueError, match="unknown edit type 'typos'.*abbreviation"):
+        rb.apply_edit(s, "typos", 0)
+    with pytest.raises(ValueError, match="must end with"):
+        rb.apply_edit("no final mark here", "typo", 0)
+    with pytest.raises(TypeError, match="Generator or an int"):
+        rb.apply_edit(s, "typo", "seed")
+
+
+def test_rule_table_covers_every_type():
+    t = rb.rule_table()
+    assert set(t["type"]) == set(rb.EDIT_TYPES)
+    assert set(t.loc[t.meaning == "changed", "type"]) == set(rb.CHANGING)
+    for row in t.itertuples():   # each example is a substring edit of the type's own rules where they are regexes
+        assert row.before != row.after
+
+
+def test_sentences_and_pairs():
+    docs = ["First sentence has exactly six words. Too short. This one asks a question of the reader?\n"
+            "A new paragraph starts here with some words.\nlower case start is dropped here now.\n"
+            "No final mark here so it is dropped\nThe abbreviation split ends at Mr.",
+            "First sentence has exactly six words."]
+    s = rb.make_sentences(docs, min_words=6, max_words=40, seed=0)
+    assert sorted(s) == sorted(["First sentence has exactly six words.", "This one asks a question of the reader?",
+                                "A new paragraph starts here with some words."])
+    assert rb.make_sentences(docs, seed=1) != s or len(s) < 2
+    with pytest.raises(ValueError, match="min_words"):
+        rb.make_sentences(docs, min_words=5, max_words=4)
+    sents = [c[1] for c in CASES] + [PLAIN]
+    pairs = rb.make_pairs(sents, 3, seed=0)
+    assert set(pairs.edit_type) == set(rb.EDIT_TYPES)
+    assert (pairs.groupby("edit_type").size() <= 3).all()
+    assert not pairs.duplicated(["edit_type", "sentence_id"]).any()     # a sentence at most once per type
     assert (pairs.original != pairs.edited).all()
-    assert all(o.split()[-1] == e.split()[-1] for o, e in zip(pairs.original, pairs.edited))
-    pd.testing.assert_frame_equal(pairs, rb.make_pairs(ctx, 5, types=rb.ALL_TYPES, seed=0))
-    only = rb.make_pairs(ctx, 5, types=["typos"], seed=0)        # one type's draw does not depend on the others
-    pd.testing.assert_frame_equal(only.reset_index(drop=True),
-                                  pairs[pairs.edit_type == "typos"].reset_index(drop=True))
+    assert all(o[-1] == e[-1] for o, e in zip(pairs.original, pairs.edited))
+    # the draw for one type does not depend on the other types requested
+    one = rb.make_pairs(sents, 3, types=["typo"], seed=0)
+    pd.testing.assert_frame_equal(one.reset_index(drop=True),
+                                  pairs[pairs.edit_type == "typo"].reset_index(drop=True))
 
 
-# -- divergences --------------------------------------------------------------------------------------
-def test_jsd_hand_computed_and_bounds():
-    p, q = [0.5, 0.5], [1.0, 0.0]
-    want = 0.5 * (0.5 * math.log2(0.5 / 0.75) + 0.5 * math.log2(0.5 / 0.25)) + 0.5 * math.log2(1 / 0.75)
-    assert abs(want - 0.3112781) < 1e-6
-    assert rb.jsd(p, q).item() == pytest.approx(want, abs=1e-12)
-    assert rb.jsd(p, q, base=math.e).item() == pytest.approx(want * math.log(2), abs=1e-12)
-    assert rb.jsd([1, 0], [0, 1]).item() == pytest.approx(1.0)                 # disjoint: 1 bit
-    assert rb.jsd([1, 0], [0, 1], base=math.e).item() == pytest.approx(math.log(2))
+# -- metrics by hand ------------------------------------------------------------------------------------
+def test_js_by_hand_and_bounds():
+    assert rb.js_divergence([1.0, 0.0], [0.0, 1.0]).item() == pytest.approx(math.log(2), abs=1e-12)
+    # p = (1/2, 1/2), q = (1, 0): m = (3/4, 1/4)
+    want = 0.5 * (0.5 * math.log(0.5 / 0.75) + 0.5 * math.log(0.5 / 0.25)) + 0.5 * math.log(1 / 0.75)
+    assert rb.js_divergence([0.5, 0.5], [1.0, 0.0]).item() == pytest.approx(want, abs=1e-12)
     g = torch.Generator().manual_seed(0)
-    a, b = torch.rand(50, 30, generator=g), torch.rand(50, 30, generator=g)
-    d = rb.jsd(a, b)
-    assert torch.allclose(d, rb.jsd(b, a)) and (d >= 0).all() and (d <= 1).all()
-    assert torch.allclose(rb.jsd(a, a), torch.zeros(50, dtype=torch.float64), atol=1e-15)
-    la, lb = torch.randn(4, 100, generator=g) * 3, torch.randn(4, 100, generator=g) * 3
-    assert torch.allclose(rb.jsd_from_logits(la, lb), rb.jsd(la.softmax(-1), lb.softmax(-1)), atol=1e-10)
-    assert torch.allclose(rb.jsd_from_logits(la, la + 5.0), torch.zeros(4, dtype=torch.float64), atol=1e-12)
+    a, b = torch.randn(200, 50, generator=g) * 4, torch.randn(200, 50, generator=g) * 4
+    js = rb.js_from_logits(a, b)
+    assert (js >= 0).all() and (js <= math.log(2)).all()
+    assert torch.allclose(js, rb.js_from_logits(b, a), atol=1e-12)
+    assert torch.allclose(js, rb.js_divergence(a.softmax(-1), b.softmax(-1)), atol=1e-10)
     with pytest.raises(ValueError, match="non-negative"):
-        rb.jsd([0.5, -0.5], [0.5, 0.5])
+        rb.js_divergence([0.5, -0.5], [0.5, 0.5])
 
 
-def test_total_variation():
-    assert rb.total_variation([0.5, 0.5, 0.0], [0.2, 0.3, 0.5]).item() == pytest.approx(0.5)
-    assert rb.total_variation([1, 0], [0, 1]).item() == pytest.approx(1.0)
+def test_overlap_spearman_top1_by_hand():
+    p = torch.tensor([0.30, 0.25, 0.20, 0.10, 0.08, 0.07])
+    q = torch.tensor([0.05, 0.30, 0.25, 0.10, 0.08, 0.22])
+    assert rb.topk_overlap(p, q, k=3).item() == pytest.approx(2 / 3)          # {0,1,2} vs {1,2,5}
+    assert rb.top1_agreement(p, q).item() == 0.0
+    # union {0,1,2,5}: p ranks 4,3,2,1 ; q values .05,.30,.25,.22 -> ranks 1,4,3,2
+    rp, rq = np.array([4, 3, 2, 1.0]), np.array([1, 4, 3, 2.0])
+    want = np.corrcoef(rp, rq)[0, 1]
+    assert rb.spearman_topk_union(p, q, k=3).item() == pytest.approx(want, abs=1e-12)
+    # disjoint top-2 sets in reversed order: -1
+    assert rb.spearman_topk_union([0.4, 0.3, 0.2, 0.1], [0.1, 0.2, 0.3, 0.4], k=2).item() == pytest.approx(-1.0)
+    with pytest.raises(ValueError, match="k must lie"):
+        rb.topk_overlap(p, q, k=7)
 
 
-def test_statistics():
-    x = np.arange(100.0)
-    lo, hi = rb.bootstrap_ci(x, seed=0)
-    assert lo < x.mean() < hi and hi - lo < 20
-    lo, hi = rb.paired_bootstrap_ci(x + 1.0, x)
-    assert lo == pytest.approx(1.0) and hi == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="shape"):
-        rb.paired_bootstrap_ci(x, x[:5])
-    assert rb.spearman(x, x ** 3) == pytest.approx(1.0) and rb.spearman(x, -x) == pytest.approx(-1.0)
-    rng = np.random.default_rng(0)
-    z = rng.normal(size=400)
-    a, b = z + 0.1 * rng.normal(size=400), z + 0.1 * rng.normal(size=400)
-    assert rb.spearman(a, b) > 0.9 and abs(rb.partial_spearman(a, b, z)) < 0.2   # all through z
+def test_identical_distributions():
+    logits = torch.randn(5, 40, generator=torch.Generator().manual_seed(1))
+    m = rb.pair_metrics(logits, logits.clone(), k=10)
+    assert np.allclose(m["js"], 0, atol=1e-12)
+    assert (m["overlap"] == 1).all() and np.allclose(m["spearman"], 1) and (m["top1"] == 1).all()
+    other = rb.pair_metrics(logits, logits.flip(-1), k=10)
+    assert (other["js"] > 0.01).all() and (other["overlap"] < 1).all()
 
 
-# -- scoring tiny random models -------------------------------------------------------------------------
+# -- scoring on tiny random models ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tokenizer():
     return tk.load_hf_tokenizer()
 
 
-@pytest.fixture(scope="module")
-def small_pairs():
-    ctx = [RICH[:150].rsplit(" ", 1)[0], RICH[60:230].rsplit(" ", 1)[0], RICH[100:].rsplit(" ", 1)[0]]
-    pairs = rb.make_pairs(ctx, 2, types=["typos", "punctuation", "synonym"], seed=0)
-    same = pairs.head(2).assign(edited=lambda d: d.original)               # identical pairs
-    return pd.concat([pairs, same], ignore_index=True)
-
-
-V1 = {"variant": "compendium-v1"}   # the variant of the committed models the robustness tools read
-
-
-@pytest.mark.parametrize("arch,overrides", [("protot", V1), ("protot", {**V1, "shared_keys": True}), ("llama", {})],
-                         ids=["protot", "protot-shared-keys", "llama"])
-def test_score_pairs(arch, overrides, tokenizer, small_pairs):
+@pytest.mark.parametrize("arch,overrides", [("protot", {"variant": "compendium-v1"}), ("llama", {})], ids=["protot", "llama"])
+def test_score_pairs(arch, overrides, tokenizer):
     torch.manual_seed(0)
     model = build_model(arch, "tiny", len(tokenizer), **overrides).eval()
-    kw = dict(bos=tk.eos_id(), progress=False, restore_routing=arch == "protot")
-    a = rb.score_pairs(model, tokenizer, small_pairs, batch_size=8, **kw)
-    b = rb.score_pairs(model, tokenizer, small_pairs, batch_size=1, chunk=3, **kw)
-    pd.testing.assert_frame_equal(a, b, atol=1e-6, rtol=1e-4)           # batching / chunking do not matter
-    same = small_pairs.original == small_pairs.edited
-    assert np.isfinite(a.jsd).all() and (a.jsd >= 0).all() and (a.jsd <= 1).all()
-    assert (a.jsd[same] < 1e-9).all() and (a.jsd_after_edit[same] < 1e-9).all()
-    assert (a.jsd[~same] > 0).all() and (a.tokens_after[~same] >= 1).all()
-    assert (a.tokens_after[same] == a.tokens_orig[same]).all()
-    if arch == "protot":
-        # identical texts may sit in differently composed batches: float32 gates agree to rounding
-        assert (a.route_tv[same] < 1e-6).all() and (a.route_tv[~same] > 1e-5).all()
-        L = model.config.num_hidden_layers
-        assert [c for c in a if c.startswith("route_tv_L")] == [f"route_tv_L{l}" for l in range(L)]
-        assert np.allclose(a[[f"route_tv_L{l}" for l in range(L)]].mean(axis=1), a.route_tv)
-        assert (a.jsd_restored[same] < 1e-9).all() and np.isfinite(a.jsd_restored).all()
-    else:
-        assert "route_tv" not in a
-        with pytest.raises(ValueError, match="ProtoT"):
-            rb.score_pairs(model, tokenizer, small_pairs, restore_routing=True, progress=False)
-
-
-@pytest.mark.parametrize("shared_keys", [False, True])
-def test_read_override_changes_only_the_read_gate(tokenizer, shared_keys):
-    """Restoring routing overrides the final position's read gate from a given projection: with the
-    token's own projection nothing changes; with another one the read gate follows it while the
-    write gate (shared keys: the same projection) keeps the token's own."""
-    torch.manual_seed(2)
-    model = build_model("protot", "tiny", len(tokenizer), shared_keys=shared_keys, **V1).eval()
-    seqs = [list(range(5, 17)), list(range(40, 52))]
-    run = lambda **kw: rb._final(model, seqs, 8, "cpu", True, progress=False, **kw)
+    pairs = rb.make_pairs([c[1] for c in CASES], 2, types=["typo", "synonym", "negation"], seed=0)
+    pairs = pd.concat([pairs, pairs.head(2).assign(edited=lambda d: d.original)], ignore_index=True)
+    a = rb.score_pairs(model, tokenizer, pairs, batch_size=8, bos=tk.eos_id())
+    b = rb.score_pairs(model, tokenizer, pairs, batch_size=1, chunk=2, bos=tk.eos_id())
+    pd.testing.assert_frame_equal(a, b, atol=1e-6, rtol=1e-4)       # batching and chunking do not matter
+    same = pairs.original == pairs.edited
+    assert (a.js[same] < 1e-9).all() and (a.overlap[same] == 1).all() and (a.top1[same] == 1).all()
+    assert np.allclose(a.spearman[same], 1)
+    assert (a.js[~same] > 0).all() and (a.js <= math.log(2)).all()
+    assert (a.tokens_after[~same] >= 1).all() and (a.tokens_after[same] == a.tokens_orig[same]).all()
+    # the compared position is the last token: a direct forward of one pair gives the same JS
+    row = pairs.iloc[0]
+    o, e = rb.encode(tokenizer, [row.original, row.edited], tk.eos_id())
     with torch.no_grad():
-        own = run()
-        same = run(read_override=own["proj"])
-        swapped = run(read_override=own["proj"].flip(0))
-    assert torch.allclose(same["logits"], own["logits"], atol=1e-6)
-    assert torch.allclose(swapped["read"], own["read"].flip(0), atol=1e-6)    # read gates follow the override
-    assert not torch.allclose(swapped["logits"], own["logits"], atol=1e-4)
+        lo, le = model(torch.tensor([o])).logits[0, -1], model(torch.tensor([e])).logits[0, -1]
+    assert rb.js_from_logits(lo, le).item() == pytest.approx(a.js.iloc[0], abs=1e-6)
+    with pytest.raises(ValueError, match="column 'edited'"):
+        rb.score_pairs(model, tokenizer, pairs[["original"]])
 
 
-def test_after_edit_position_matches_a_direct_forward(tokenizer, small_pairs):
-    """jsd_after_edit compares the predictions whose next token is the first token after the edit."""
-    torch.manual_seed(1)
-    model = build_model("protot", "tiny", len(tokenizer), **V1).eval()
-    row = small_pairs.iloc[0]
-    got = rb.score_pairs(model, tokenizer, small_pairs.iloc[:1], bos=None, progress=False).iloc[0]
-    o, e = rb.encode(tokenizer, [row.original, row.edited], None)
-    n = int(got.tokens_after)
-    assert 1 <= n < min(len(o), len(e))
-    assert o[len(o) - n:] == e[len(e) - n:] and o[len(o) - n - 1] != e[len(e) - n - 1]   # the longest common suffix
-    with torch.no_grad():
-        lo = model(torch.tensor([o[:len(o) - n]])).logits[0, -1]
-        le = model(torch.tensor([e[:len(e) - n]])).logits[0, -1]
-    assert rb.jsd_from_logits(lo, le).item() == pytest.approx(got.jsd_after_edit, abs=1e-6)
+# -- comparison with the authors' tables -----------------------------------------------------------------
+def _paper_js() -> dict:
+    pv = claims.get_claim(CLAIM).paper_value
+    return {m: {**pv["js_preserving"][m], **pv["js_changing"][m]} for m in pv["js_preserving"]}
 
 
-# -- the claim's measurement ------------------------------------------------------------------------------
-def _synthetic_scores(edit_mean: float, control_mean: float, llama_shift: float, n: int = 60, seed: int = 0):
-    """Pairs of every type and JSDs drawn around the given means (ProtoT; LLaMA = ProtoT + shift + noise)."""
+def _synthetic(means: dict, n: int = 200, seed: int = 0, noise: float = 0.3) -> tuple[pd.DataFrame, dict]:
+    """Pairs of every type and per-model JS drawn around ``means`` (model -> {type: mean})."""
     rng = np.random.default_rng(seed)
-    types = np.repeat(rb.ALL_TYPES, n)
-    pairs = pd.DataFrame({"edit_type": types}, index=pd.RangeIndex(10, 10 + len(types)))
-    mean = np.where(types == rb.CONTROL, control_mean, edit_mean)
-    p = mean * rng.lognormal(0.0, 0.3, len(types))
-    protot = pd.DataFrame({"jsd": p, "route_tv": p * rng.lognormal(0.0, 0.2, len(types))}, index=pairs.index)
-    llama = pd.DataFrame({"jsd": p + llama_shift + 0.001 * rng.random(len(types))}, index=pairs.index)
-    return pairs, protot, llama
+    types = np.repeat(rb.EDIT_TYPES, n)
+    pairs = pd.DataFrame({"edit_type": types}, index=pd.RangeIndex(5, 5 + len(types)))
+    scores = {}
+    for model, mu in means.items():
+        base = np.array([mu[t] for t in types])
+        scores[model] = pd.DataFrame({"js": base * rng.lognormal(0.0, noise, len(types))}, index=pairs.index)
+    return pairs, scores
 
 
-def test_control_separation():
-    s = pd.DataFrame({"ci_lo": [0.1, 0.2, 0.5], "ci_hi": [0.3, 0.4, 0.7]}, index=["typos", "synonym", rb.CONTROL])
-    assert rb.control_separation(s) == (True, pytest.approx(0.1))
-    s.loc[rb.CONTROL, "ci_lo"] = 0.35
-    sep, gap = rb.control_separation(s)
-    assert not sep and gap == pytest.approx(-0.05)
-    with pytest.raises(ValueError, match="control"):
-        rb.control_separation(s.drop(index=rb.CONTROL))
+def _planted(scale_changing: float = 3.0) -> dict:
+    """Our models follow the authors' type order, with the meaning-changing types well above."""
+    paper = _paper_js()
+    out = {}
+    for m in ("ProtoT", "LLaMA"):
+        mu = {t: 0.05 * paper[m][t] for t in rb.PRESERVING}
+        top = max(mu.values())
+        mu.update({t: scale_changing * top for t in rb.CHANGING})
+        out[m] = mu
+    return out
 
 
-def test_spearman_test():
-    x = np.arange(50.0)
-    rho, p, n = rb.spearman_test(x, x ** 2)
-    assert rho == pytest.approx(1.0) and p < 1e-10 and n == 50
-    rho, p, _ = rb.spearman_test(x, np.random.default_rng(0).permutation(x))
-    assert abs(rho) < 0.35 and p > 0.01
-    with pytest.raises(ValueError, match="same length"):
-        rb.spearman_test(x, x[:10])
+def test_authors_table_matches_the_ledger():
+    t = rb.authors_table(AUTHORS)
+    assert len(t) == 7 * 4 * 3 + 3 * 4 * 4
+    paper = claims.get_claim(CLAIM).paper_value
+    js = t[t.metric == "js"].set_index(["model", "type"])["value"]
+    for block in ("js_preserving", "js_changing"):
+        for model, vals in paper[block].items():
+            for typ, v in vals.items():
+                assert js[(model, typ)] == pytest.approx(v, rel=1e-5), (model, typ)
+    assert t.loc[(t.metric == "js") & (t.meaning == "preserved"), "value"].max() > math.log(2)   # not the bounded JS
 
 
-def test_measure_robustness_verdicts():
-    from compendium import claims
+def test_permutation_p_exact():
+    assert rb.compare.permutation_p(1.0, 7) == pytest.approx(1 / 5040)
+    assert rb.compare.permutation_p(-1.0, 7) == 1.0
+    assert rb.compare.permutation_p(1.0, 3) == pytest.approx(1 / 6)
+    with pytest.raises(ValueError, match="3..9"):
+        rb.compare.permutation_p(0.5, 12)
 
-    claim = claims.get_claim("protot/robustness-jsd")
-    # robust ProtoT, JSD a tenth of the control's, below LLaMA's, a model that uses context
-    pairs, protot, llama = _synthetic_scores(0.01, 0.1, llama_shift=0.005)
-    m = rb.measure_robustness(pairs, protot, llama, replaced_prefix_cost=0.3, n_boot=500)
+
+def test_planted_order_holds():
+    paper = _paper_js()
+    pairs, scores = _synthetic(_planted(), noise=0.1)
+    o = rb.order_agreement(pairs, scores["ProtoT"], paper["ProtoT"], n_boot=500)
+    assert o["rho"] == pytest.approx(1.0) and o["tau"] == pytest.approx(1.0) and o["perm_p"] == pytest.approx(1 / 5040)
+    assert o["rho_ci_lo"] > 0.7
+    m = rb.measure_robustness(pairs, scores, paper, n_boot=500)
     v = m.values
-    assert v["control_separable"] is True and v["control_separable_protot"] is True
-    assert v["max_ratio_to_control"] == pytest.approx(
-        max(protot.jsd[pairs.edit_type == t].mean() for t in rb.EDIT_TYPES) / protot.jsd[pairs.edit_type == rb.CONTROL].mean())
-    assert v["excess_over_llama_ci_low"] < 0
-    assert m.evidence["routing_spearman_n"] == 5 * 60 and m.evidence["routing_spearman_rho"] > 0.5
-    assert set(m.tables) == {"robustness_jsd", "robustness_vs_llama"}
-    assert claims.evaluate(claim, v, "cpu")[0] == claims.HOLDS
-    # ProtoT moves more than LLaMA: does not hold
-    pairs, protot, llama = _synthetic_scores(0.01, 0.1, llama_shift=-0.004)
-    v = rb.measure_robustness(pairs, protot, llama, replaced_prefix_cost=0.3, n_boot=500).values
-    assert v["excess_over_llama_ci_low"] > 0 and claims.evaluate(claim, v, "cpu")[0] == claims.DOES_NOT_HOLD
-    # the control is not separable from the edits (a model that ignores the edit's meaning): inconclusive
-    pairs, protot, llama = _synthetic_scores(0.01, 0.0105, llama_shift=0.0)
-    v = rb.measure_robustness(pairs, protot, llama, replaced_prefix_cost=0.3, n_boot=500).values
-    status, _, _, reason = claims.evaluate(claim, v, "cpu")
-    assert v["control_separable"] is False and status == claims.INCONCLUSIVE and "control-separable" in reason
-    # a model that barely uses context: inconclusive, naming uses-context
-    pairs, protot, llama = _synthetic_scores(0.01, 0.1, llama_shift=0.005)
-    v = rb.measure_robustness(pairs, protot, llama, replaced_prefix_cost=0.05, n_boot=500).values
-    status, _, _, reason = claims.evaluate(claim, v, "cpu")
-    assert status == claims.INCONCLUSIVE and "uses-context" in reason and "control-separable" not in reason
-    with pytest.raises(ValueError, match="route_tv"):
-        rb.measure_robustness(pairs, llama, llama, replaced_prefix_cost=0.3)
+    assert v["direction_matches"] == 6 and v["direction_mismatches"] == 0 and v["control_separates"] is True
+    assert v["min_pairs_per_type"] == 200
+    d = m.tables["robustness_direction"].set_index("type")
+    assert d.loc["morphology", "theirs"] == "tie" and pd.isna(d.loc["morphology", "agree"])
+    assert claims.evaluate(claims.get_claim(CLAIM), v, "cpu")[0] == claims.HOLDS
+
+
+def test_reversed_order_and_directions_do_not_hold():
+    paper = _paper_js()
+    planted = _planted()
+    rev = {m: {**{t: 0.001 / paper[m][t] for t in rb.PRESERVING},     # every order and direction reversed
+               **{t: planted[m][t] for t in rb.CHANGING}} for m in planted}
+    pairs, scores = _synthetic(rev, noise=0.1)
+    v = rb.measure_robustness(pairs, scores, paper, n_boot=500).values
+    assert v["min_order_rho_ci_low"] < 0 and v["max_order_perm_p"] > 0.5
+    assert v["direction_mismatches"] == 6 and v["direction_matches"] == 0
+    assert claims.evaluate(claims.get_claim(CLAIM), v, "cpu")[0] == claims.DOES_NOT_HOLD
+
+
+def test_null_shuffled_type_labels_fail_the_order_check():
+    """The planted model, its meaning-preserving type labels shuffled among its pairs: the order
+    check must fail (the control stays separated, so the verdict is 'does not hold')."""
+    paper = _paper_js()
+    passed = 0
+    for seed in range(10):
+        pairs, scores = _synthetic(_planted(), seed=seed)
+        keep = pairs.edit_type.isin(rb.PRESERVING)
+        shuffled = pairs.copy()
+        shuffled.loc[keep, "edit_type"] = np.random.default_rng(100 + seed).permutation(pairs.edit_type[keep].to_numpy())
+        v = rb.measure_robustness(shuffled, scores, paper, n_boot=300, seed=seed).values
+        assert v["control_separates"] is True
+        status = claims.evaluate(claims.get_claim(CLAIM), v, "cpu")[0]
+        passed += v["min_order_rho_ci_low"] > 0 and v["max_order_perm_p"] <= 0.05
+        assert status != claims.HOLDS
+    assert passed == 0
+
+
+def test_null_type_blind_edits_rarely_pass_the_order_check():
+    """Edits whose effect does not depend on the type (the same JS distribution for all seven
+    types): the order check (bootstrap lower end > 0 and permutation p <= 0.05, for both models)
+    passes at most at the 5% level of the permutation test; 2 of 40 seeds is that level."""
+    paper = _paper_js()
+    blind = {m: {**{t: 0.02 for t in rb.PRESERVING}, **{t: 0.2 for t in rb.CHANGING}} for m in ("ProtoT", "LLaMA")}
+    passes = 0
+    for seed in range(40):
+        pairs, scores = _synthetic(blind, seed=seed)
+        o = rb.order_agreement(pairs, scores["ProtoT"], paper["ProtoT"], n_boot=200, seed=seed)
+        passes += o["rho_ci_lo"] > 0 and o["perm_p"] <= 0.05
+    assert passes <= 2
+
+
+def test_control_separation_and_preconditions():
+    paper = _paper_js()
+    pairs, scores = _synthetic(_planted(scale_changing=0.2))      # meaning changes move less than the edits
+    sep = rb.control_separation(pairs, scores["ProtoT"], n_boot=500)
+    assert not sep["separates"] and sep["ci_hi"] < 0
+    # a slightly larger mean under meaning changes whose interval still includes 0 does not separate
+    flat = {m: {**{t: 0.02 for t in rb.PRESERVING}, **{t: 0.0202 for t in rb.CHANGING}} for m in ("ProtoT", "LLaMA")}
+    pairs_f, scores_f = _synthetic(flat, n=50, seed=3)
+    sep = rb.control_separation(pairs_f, scores_f["ProtoT"], n_boot=500)
+    assert sep["ci_lo"] < 0 < sep["ci_hi"] and not sep["separates"]
+    pairs_s, scores_s = _synthetic(_planted(), n=50)
+    sep = rb.control_separation(pairs_s, scores_s["ProtoT"], n_boot=500)
+    assert sep["separates"] and sep["ci_lo"] > 0
+    v = rb.measure_robustness(pairs, scores, paper, n_boot=300).values
+    status, _, _, reason = claims.evaluate(claims.get_claim(CLAIM), v, "cpu")
+    assert status == claims.INCONCLUSIVE and "control-separates" in reason
+    pairs, scores = _synthetic(_planted(), n=150)
+    v = rb.measure_robustness(pairs, scores, paper, n_boot=300).values
+    status, _, _, reason = claims.evaluate(claims.get_claim(CLAIM), v, "cpu")
+    assert v["min_pairs_per_type"] == 150 and status == claims.INCONCLUSIVE and "enough-pairs" in reason
+
+
+def test_measure_robustness_errors():
+    paper = _paper_js()
+    pairs, scores = _synthetic(_planted(), n=20)
+    with pytest.raises(ValueError, match="'LLaMA'"):
+        rb.measure_robustness(pairs, {"ProtoT": scores["ProtoT"]}, paper)
+    with pytest.raises(ValueError, match="no paper values for model 'Other'"):
+        rb.measure_robustness(pairs, {**scores, "Other": scores["LLaMA"]}, paper)
+    with pytest.raises(ValueError, match="lack the types"):
+        rb.measure_robustness(pairs[pairs.edit_type != "number"], {k: s[pairs.edit_type != "number"] for k, s in scores.items()}, paper)
     with pytest.raises(ValueError, match="index"):
-        rb.measure_robustness(pairs, protot.iloc[1:], llama, replaced_prefix_cost=0.3)
+        rb.order_agreement(pairs, scores["ProtoT"].iloc[1:], paper["ProtoT"])
