@@ -348,15 +348,33 @@ def test_redrawn_null_changes_only_what_it_redraws(tokenizer):
         labels.null_model(trained, "shuffled", 0, ids)
 
 
+def _clustered_model(vocab, clusters=8, seed=0):
+    """A tiny ProtoT whose embeddings of ids 1..399 sit in ``clusters`` tight clusters (id % clusters,
+    as _synthetic_reference) and whose key projection of layer 0 is the identity: whatever its
+    prototype vectors are, each one's top tokens come from one cluster. Coherence is then a property
+    of the rest of the model, as an outside check found it to be in a trained one."""
+    m = _model(vocab, seed=seed, conv_layers=0, shared_keys=True)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        E = m.get_input_embeddings().weight
+        d = E.shape[1]
+        centres = torch.randn(clusters, d, generator=g)
+        ids = torch.arange(1, 400)
+        E[ids] = centres[ids % clusters] + 0.2 * torch.randn(len(ids), d, generator=g)
+        m.layers[0].mixer.key_proj.weight.copy_(torch.eye(d))
+    return m
+
+
 def test_every_null_fails_the_concept_check(tokenizer):
     """Each null family in the role of the trained model, against the nulls (its own family's other
-    seeds included): the registered check says "does not hold" for every one, as it must for models
-    with nothing learned in their prototypes. The same check passes planted concepts
-    (test_coherence_sees_planted_clusters)."""
+    seeds included): the registered check says "does not hold" for every one. The model's coherence
+    sits in its embeddings, not its prototypes: compared with untrained nulls only, the model with
+    its prototypes re-drawn passes (what the earlier check did), so the re-drawn families are
+    needed. The same check passes planted concepts (test_coherence_sees_planted_clusters)."""
     from compendium import claims
     from protot import labels
 
-    trained = _model(tokenizer.vocab_size, seed=0, shared_keys=True)
+    trained = _clustered_model(tokenizer.vocab_size)
     ids = _ids(16, C.token_id(tokenizer, " women"), seed=5)
     target = {k: 0.6 * v for k, v in C.mean_gate_entropy(trained, ids).items()}    # sharper than at init
     ref = _synthetic_reference()
@@ -365,16 +383,23 @@ def test_every_null_fails_the_concept_check(tokenizer):
              for fam in labels.NULL_FAMILIES}
     stats = {fam: [C.collect_gates(n.model, ids) for n in ns] for fam, ns in nulls.items()}
     ents = {fam: [C.mean_gate_entropy(n.model, ids) for n in ns] for fam, ns in nulls.items()}
-    for role in labels.NULL_FAMILIES:
-        pool = [(f, i) for f in labels.NULL_FAMILIES for i in range(4) if (f, i) != (role, 0)]
+
+    def check(role, pool):
         m = C.measure_concepts(stats[role][0], [stats[f][i] for f, i in pool], ref, trained_entropy=ents[role][0],
                                null_entropy=[ents[f][i] for f, i in pool], null_families=[f for f, _ in pool],
                                min_count=2, n_boot=500)
         assert m.values["null_seeds"] == 3 and m.values["null_entropy_gap"] <= 0.05   # preconditions pass
-        status, *_ = claims.evaluate(claim, m.values, "cpu")
+        return claims.evaluate(claim, m.values, "cpu")[0], m
+
+    for role in labels.NULL_FAMILIES:
+        pool = [(f, i) for f in labels.NULL_FAMILIES for i in range(4) if (f, i) != (role, 0)]
+        status, m = check(role, pool)
         assert status == claims.DOES_NOT_HOLD, (role, m.values, m.tables["concept_null_families"])
         fams = m.tables["concept_null_families"]
         assert list(fams.family) == list(labels.NULL_FAMILIES) and (fams.ci_low < fams.margin).all()
+    redrawn = labels.NULL_FAMILIES[1]
+    status, m = check(redrawn, [(labels.NULL_FAMILIES[0], i) for i in range(1, 4)])
+    assert status == claims.HOLDS, m.tables["concept_null_families"]
 
 
 def test_dead_prototypes_leave_the_concept_check():
@@ -454,14 +479,16 @@ def _plant_class(model, k: int, targets, strength: float = 12.0):
         mixer.prototypes[k, 0] = strength
 
 
-@pytest.mark.parametrize("planted", [3, None])
+@pytest.mark.parametrize("planted", ["female", "none"])
 def test_label_selection_finds_a_planted_female_prototype(tokenizer, planted):
+    """"female": prototype 3 of layer 0 takes the female words: selected and labelled. "none": a
+    random model: no label earns the name."""
     from protot import ablation as A, labels
 
     m = _model(tokenizer.vocab_size, conv_layers=0, seed=1)
     female = [a for a, _ in A.FEMALE_PAIRS]
-    if planted is not None:
-        _plant_class(m, planted, [C.token_id(tokenizer, w) for w in female])
+    if planted != "none":
+        _plant_class(m, 3, [C.token_id(tokenizer, w) for w in female])
     stream = _pair_stream(tokenizer, 6000, 0)
     stats = C.collect_gates(m, C.sample_blocks(stream, 24, 32, seed=0))
     gates = labels.word_gates(m, tokenizer, stream, [w for p in A.FEMALE_PAIRS for w in p], windows=16, context=16)
@@ -469,8 +496,8 @@ def test_label_selection_finds_a_planted_female_prototype(tokenizer, planted):
     scores = labels.label_scores(gates, A.FEMALE_PAIRS, C.alive_mask(stats))
     assert len(scores) == 2 * 2 * 8 and scores.score.is_monotonic_decreasing
     sel = labels.select_by_label(scores, stats, gates, female, min_count=2)
-    if planted is not None:
-        assert (sel.layer, sel.prototype) == (0, planted) and sel.labelled, scores.head()
+    if planted == "female":
+        assert (sel.layer, sel.prototype) == (0, 3) and sel.labelled, scores.head()
         assert sel.score > np.log(10) and sel.top_share == 1.0
     else:
         assert not sel.labelled, (sel.name, sel.score, sel.top_share)
@@ -485,6 +512,36 @@ def test_label_selection_finds_a_planted_female_prototype(tokenizer, planted):
     assert (other.layer, other.prototype) != (sel.layer, sel.prototype)
 
 
+def test_a_label_needs_the_words_among_its_top_tokens():
+    """A prototype that prefers female words to their matched words (score ln 6) but takes 40 other
+    token types far more: the score alone would pass, the label (female words among its top-10
+    tokens) does not; with the female words at the top, it does."""
+    from protot import ablation as A, labels
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, 400, size=(20, 64))
+    L, R = 1, 8
+    g = np.full((L, 20, 64, R), 1.0 / R)
+    g[0][ids <= 40] = 0.1 / (R - 1)
+    g[0][ids <= 40, 3] = 0.9                             # P3 takes ids 1..40
+    stats = _stats_with(g, ids, 400)
+    gates = {}
+    for a, b in A.FEMALE_PAIRS:
+        for w, v in ((a, 0.3), (b, 0.05)):
+            x = np.full((L, R), 1.0 / R)
+            x[0, 3] = v
+            gates[w] = {"write": x, "read": x, "count": 16}
+    female = [a for a, _ in A.FEMALE_PAIRS]
+    scores = labels.label_scores(gates, A.FEMALE_PAIRS)
+    sel = labels.select_by_label(scores, stats, gates, female, min_count=2)
+    assert (sel.layer, sel.prototype) == (0, 3) and sel.score == pytest.approx(np.log(6))
+    assert sel.top_share == 0.0 and not sel.labelled
+    for w in female:
+        gates[w]["write"][0, 3] = 0.95                   # now above every other token type
+    sel = labels.select_by_label(labels.label_scores(gates, A.FEMALE_PAIRS), stats, gates, female, min_count=2)
+    assert sel.top_share == 1.0 and sel.labelled
+
+
 # -- strata, coordination contexts, perplexity interval, controls ----------------------------------------------
 def test_stratify_hand_written_contexts(tokenizer):
     from protot import ablation as A
@@ -492,8 +549,9 @@ def test_stratify_hand_written_contexts(tokenizer):
     enc = lambda text: tokenizer.encode(text, add_special_tokens=False)   # noqa: E731
     texts = {"coordination": ["The study followed both men and", "Doctors asked whether girls or",
                               "Prices depend on supply and"],
-             "topical": ["The mother said that many of the", "She wrote a letter to other", "His team won the"],
-             "rest": ["The committee voted to support the", "Data from the survey show that", "In 1990, a law for"]}
+             "topical": ["The mother said that many of the", "She wrote a letter to other", "His team and the"],
+             "rest": ["The committee voted to support the", "Salt and pepper were sold at the", "In 1990, a law or"
+                      " rule for"]}
     rows = [(enc(t), want) for want, ts in texts.items() for t in ts]
     T = max(len(r) for r, _ in rows)
     pad = C.token_id(tokenizer, " the")
@@ -607,6 +665,17 @@ def test_measure_women_on_a_planted_model(tokenizer, women):
     ppl_ctrl = ppl[ppl.edit.str.startswith("control")]
     assert set(ppl_ctrl.prototype) == set(ctrl.prototype) and (ppl_ctrl.layer == 0).all()
     assert p.values["ppl_blocks"] == 6 and p.values["ppl_ci_low_pct"] <= p.values["ppl_change_pct"] <= p.values["ppl_ci_high_pct"]
+    blocks = C.sample_blocks(val, 6, 16, seed=0)                 # the perplexity change, recomputed directly
+    with torch.no_grad():
+        def ppl_of():
+            logits = m(blocks).logits[:, :-1].double()
+            return float(torch.exp(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                                     blocks[:, 1:].reshape(-1))))
+        ppl0 = ppl_of()
+        with C.edited(m, C.Edit("mask", 0, 3)):
+            ppl1 = ppl_of()
+    assert p.values["ppl_change_pct"] == pytest.approx(100 * (ppl1 / ppl0 - 1), rel=1e-9)
+    assert p.evidence["ppl_intact"] == pytest.approx(ppl0, rel=1e-9)
     # the drop and its strata, recomputed directly
     ctx = C.windows_at(val, women, 16, where="before", max_windows=40, seed=0)
     q0 = C.target_probs(m, ctx, women)
