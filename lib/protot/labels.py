@@ -243,15 +243,32 @@ def mean_gate_entropy(model, ids: torch.Tensor, batch_size: int = 8) -> dict[str
     return {k: v / n for k, v in tot.items()}
 
 
+def set_temperature(model, kind: str, value: float) -> None:
+    """Set the ``kind`` ("write"/"read") gate temperature of a null model to ``value``: the config's
+    temperature (compendium-v1 divides its gate logits by it at every forward), and, for a mixer
+    with learned temperatures (the authors' ``write_tau`` / ``read_tau`` per head), each of them
+    set to ``value`` times its value when first set (so ``value`` is a factor there). The authors'
+    layer 0 reads with its write routing, so its read gate follows the write temperature."""
+    setattr(model.config, f"{kind}_temperature", float(value))
+    for mixer in model.mixers():
+        tau = getattr(mixer, f"{kind}_tau", None)
+        if tau is None:
+            continue
+        base = mixer.__dict__.setdefault(f"_{kind}_tau_base", tau.detach().clone())
+        with torch.no_grad():
+            tau.copy_(base * value)
+
+
 def _search_temperature(model, ids, kind: str, target: float, lo: float = 1e-3, hi: float = 1e2,
                         tol: float = 0.005, max_iter: int = 24) -> float:
-    """Bisection on log temperature of ``kind`` ("write"/"read") until the mean gate entropy is within
-    ``tol`` (relative) of ``target``; deterministic. Returns the temperature (set on model.config)."""
+    """Bisection on log temperature of ``kind`` ("write"/"read", :func:`set_temperature`) until the
+    mean gate entropy is within ``tol`` (relative) of ``target``; deterministic. Returns the
+    temperature (also on model.config)."""
     attr = f"{kind}_temperature"
     a, b = math.log(lo), math.log(hi)
     for _ in range(max_iter):
         mid = 0.5 * (a + b)
-        setattr(model.config, attr, math.exp(mid))
+        set_temperature(model, kind, math.exp(mid))
         h = mean_gate_entropy(model, ids)[kind]
         if abs(h / target - 1.0) <= tol:
             break

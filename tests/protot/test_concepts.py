@@ -365,6 +365,26 @@ def _clustered_model(vocab, clusters=8, seed=0):
     return m
 
 
+@pytest.mark.parametrize("family", ["untrained", "prototypes redrawn", "prototypes and read projections redrawn"])
+def test_nulls_of_the_authors_variant_match_gate_entropy(tokenizer, family):
+    """The authors' mixer learns its temperatures (write_tau / read_tau per head): the null's search
+    scales them, so its write gates match the target entropy as compendium-v1's do."""
+    from protot import labels
+    from protot.models import build_model
+
+    torch.manual_seed(0)
+    trained = build_model("protot", "tiny", tokenizer.vocab_size).eval()
+    assert trained.config.variant == "authors"
+    before = {n: p.detach().clone() for n, p in trained.state_dict().items()}
+    ids = _ids(6, C.token_id(tokenizer, " women"), seed=2)
+    target = {k: 0.6 * v for k, v in C.mean_gate_entropy(trained, ids).items()}
+    n = labels.null_model(trained, family, 7, ids, target, tol=0.01)
+    assert n.entropy["write"] == pytest.approx(target["write"], rel=0.01)
+    assert n.write_temperature < 1.0
+    for name, p in trained.state_dict().items():
+        assert torch.equal(p, before[name]), name
+
+
 def test_every_null_fails_the_concept_check(tokenizer):
     """Each null family in the role of the trained model, against the nulls (its own family's other
     seeds included): the registered check says "does not hold" for every one. The model's coherence
