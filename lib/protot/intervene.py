@@ -21,21 +21,24 @@ from contextlib import contextmanager
 import torch
 
 from protot.models.protot import ProtoMixer
+from protot.models.protot_authors import AuthorsProtoMixer
 
 GATES = ("write", "read", "both")
 
 
-def get_mixer(model, layer: int) -> ProtoMixer:
-    """The ProtoMixer of layer ``layer`` (0-based); ValueError on a bad index or non-ProtoT model."""
+def get_mixer(model, layer: int) -> ProtoMixer | AuthorsProtoMixer:
+    """The prototype mixer of layer ``layer`` (0-based), of either ProtoT variant (both expose
+    ``prototypes``, ``mask_write`` / ``mask_read`` and ``clamp_write`` / ``clamp_read``); ValueError
+    on a bad index or a non-ProtoT model."""
     layers = getattr(model, "layers", None)
-    if layers is None or not isinstance(layers[0].mixer, ProtoMixer):
+    if layers is None or not isinstance(getattr(layers[0], "mixer", None), (ProtoMixer, AuthorsProtoMixer)):
         raise ValueError("not a ProtoT model (no ProtoMixer layers)")
     if not 0 <= layer < len(layers):
         raise ValueError(f"layer must be in [0, {len(layers)}), got {layer}")
     return layers[layer].mixer
 
 
-def _check(mixer: ProtoMixer, k: int, gate: str):
+def _check(mixer, k: int, gate: str):
     R = mixer.prototypes.shape[0]
     if not 0 <= k < R:
         raise ValueError(f"prototype k must be in [0, {R}), got {k}")

@@ -4,22 +4,25 @@
 # **Claim (protot, §6 concept labels):** prototypes learn nameable concepts — the paper names
 # L7 P31 (diseases), L10 P8 (Germany), and prototypes for "women", "New Zealand" and "COVID-19".
 #
-# **Checked here:** for every (layer, prototype) of a trained ProtoT we list the token types that
-# write into it most (mean write gate per occurrence, with a minimum count) as a data-driven label,
-# and ask whether those top tokens belong together *in meaning*, judged by a model we did not
-# train: the **coherence** of a prototype is the mean pairwise cosine similarity of its top-10
-# tokens' input embeddings in Gemma-3-270M (centred over the mapped vocabulary). Our 12k BPE
-# tokens are decoded to strings and re-encoded by Gemma's tokenizer; only tokens that are exactly
-# one Gemma token take part (documented in `protot.concepts.reference_embeddings`).
-# Concentration alone is not a concept: an untrained ProtoT with sharp gates also routes each token
-# type to few prototypes. So the null is **untrained ProtoTs of the same config whose write and read
-# temperatures are set** (a deterministic 1-D search) **so that their mean gate entropies match the
-# trained model's** (gates as sharp, routing not learned), at least three seeds. The check, written
-# in `claims.yaml` before measuring: the trained model's mean coherence exceeds the largest of the
-# null models'. At the `cpu` profile the model is the committed cpu-small ProtoT (the paper's small
-# backbone, 6 layers x 256, trained on 12 M tokens of our corpus; see the model line below): far
-# smaller and shorter-trained than the paper's large model, so its layer and prototype numbers cannot
-# match the paper's (there is no L7 or L10 here).
+# **Checked here:** every (layer, prototype) of a trained ProtoT gets a label as the paper labels
+# them: its top write tokens, its top read tokens (mean gate per occurrence, with a minimum count)
+# and its top-activating contexts (the window before a position with a large write gate).
+# Prototypes whose gate share is below a registered floor (a tenth of an even share) are **dead**:
+# listed, and left out of everything below. Do the labels name concepts? The **coherence** of a
+# prototype is the mean pairwise cosine similarity of its top-10 write tokens' input embeddings in
+# Gemma-3-270M, a model we did not train (centred over the mapped vocabulary; our 12k BPE tokens are
+# decoded and re-encoded by Gemma's tokenizer, only exact one-token matches take part:
+# `protot.labels.reference_embeddings`). Coherence can come from the rest of the model (the
+# embeddings and the key projection group similar tokens whatever the prototypes are), and
+# concentration alone is not a concept. So the trained model is compared with **three null
+# families**, each with its write and read temperatures set so its gates are as sharp as the trained
+# model's: untrained ProtoTs of the same config; the trained model with its prototype vectors
+# re-drawn; and with its prototype vectors and read-routing projections re-drawn. The check, written
+# in `claims.yaml` before measuring: against every family, the 95% bootstrap interval (over alive
+# prototypes) of the trained model's mean coherence minus the family's lies above 0. The model is a
+# parameter (`MODEL`); at the `cpu` profile the committed cpu-small ProtoT (6 layers x 256, 12 M
+# tokens of our corpus; see the model line below): far smaller and shorter-trained than the paper's
+# large model, so its layer and prototype numbers cannot match the paper's (there is no L7 or L10).
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
@@ -35,7 +38,7 @@ import seaborn as sns
 import torch
 
 from compendium import claims, notebook, plotting, profiles
-from protot import concepts
+from protot import concepts, labels, usage
 from protot.train import packing
 
 nb = notebook.start("protot/05_concept_labels", PROFILE, SEED, DEVICE,
@@ -44,8 +47,10 @@ N_BLOCKS = profiles.pick(nb.profile, cpu=48, paper=1024)      # validation block
 CONTEXT = 256                                                 # the models' training context
 MIN_COUNT = profiles.pick(nb.profile, cpu=5, paper=20)        # occurrences for a token type to be ranked
 TOP = 10                                                      # top tokens per prototype (label, coherence)
-NULL_SEEDS = profiles.pick(nb.profile, cpu=[nb.seed + 1, nb.seed + 2, nb.seed + 3],
+NULL_SEEDS = profiles.pick(nb.profile, cpu=[nb.seed + 1, nb.seed + 2, nb.seed + 3],    # per null family
                            paper=list(range(nb.seed + 1, nb.seed + 9)))
+DEAD_FLOOR = usage.DEAD_FLOOR                                 # alive: gate share >= DEAD_FLOOR / R (claims.yaml)
+CONTEXTS = 3                                                  # top-activating contexts per label
 SEARCH = profiles.pick(nb.profile, cpu=(8, 64), paper=(64, 256))   # (blocks, tokens) for the temperature search
 PROBE_WORDS = [" women", " men", " Germany", " disease"]
 
@@ -53,73 +58,87 @@ lm = concepts.load_model(MODEL, device=nb.device)
 model, tok = lm.model, lm.tokenizer
 print("model:", lm.description)
 val = packing.token_stream("validation")
-ref = concepts.reference_embeddings(tok)
+ref = labels.reference_embeddings(tok)
 print(f"{len(ref.ours):,} of our {len(tok):,} token types are one {ref.name} token")
 
 # %% [markdown]
 # ## Gates over a validation sample, and a label per prototype
-# `share` is the prototype's mean write gate (its fraction of all write mass); `label` its top
-# token types by mean write gate (count >= MIN_COUNT); `purity` the share of its write mass on its
-# top-10 token types (concentration, shown for reference).
+# `write_tokens` / `read_tokens`: the prototype's top token types by mean write / read gate
+# (count >= MIN_COUNT); `top_contexts`: the 8 tokens before each of its 3 largest write gates, the
+# token itself in [[brackets]]; `write_share` / `read_share`: its share of the layer's gate mass;
+# `alive`: max share >= DEAD_FLOOR / R.
 
 # %%
 ids = concepts.sample_blocks(val, N_BLOCKS, CONTEXT, seed=nb.seed).to(nb.device)
 stats = concepts.collect_gates(model, ids)
-entropy = concepts.mean_gate_entropy(model, ids)
-table = concepts.prototype_table(stats, tok, gate="write", top=TOP, min_count=MIN_COUNT)
+entropy = labels.mean_gate_entropy(model, ids)
+table = labels.prototype_table(stats, tok, gate="write", top=TOP, min_count=MIN_COUNT, contexts=CONTEXTS, floor=DEAD_FLOOR)
+dead = usage.dead_prototypes(stats, DEAD_FLOOR)
 print(f"{ids.numel():,} tokens; {stats.layers} layers x {stats.prototypes} prototypes; mean gate entropy "
       f"write {entropy['write']:.3f}, read {entropy['read']:.3f} nats (uniform: {np.log(stats.prototypes):.3f})")
+print(f"dead prototypes (share < {DEAD_FLOOR:g} / {stats.prototypes}): {len(dead)} of {stats.layers * stats.prototypes}; "
+      "per layer " + ", ".join(f"L{l} {int((dead.layer == l).sum())}" for l in range(stats.layers)))
+pd.set_option("display.max_colwidth", 120)
+table[table.alive][["layer", "prototype", "half_life", "write_share", "write_tokens", "read_tokens", "top_contexts"]].head(12)
 
 # %% [markdown]
-# ## The null: untrained ProtoTs with gates as sharp as the trained model's
+# ## The nulls: three families with gates as sharp as the trained model's
 
 # %%
 search_ids = ids[: SEARCH[0], : SEARCH[1]]
-target = concepts.mean_gate_entropy(model, search_ids)
+target = labels.mean_gate_entropy(model, search_ids)
 nulls, null_stats, null_entropy = [], [], []
-for s in NULL_SEEDS:
-    n = concepts.matched_null(model, s, search_ids, target)
-    nulls.append(n)
-    null_stats.append(concepts.collect_gates(n.model, ids))
-    null_entropy.append(concepts.mean_gate_entropy(n.model, ids))
-pd.DataFrame([{"seed": n.seed, "write temperature": n.write_temperature, "read temperature": n.read_temperature,
-               "write entropy": h["write"], "read entropy": h["read"],
-               "write gap": h["write"] / entropy["write"] - 1} for n, h in zip(nulls, null_entropy)]).round(4)
+for family in labels.NULL_FAMILIES:
+    for s in NULL_SEEDS:
+        n = labels.null_model(model, family, s, search_ids, target)
+        nulls.append(n)
+        null_stats.append(concepts.collect_gates(n.model, ids))
+        null_entropy.append(labels.mean_gate_entropy(n.model, ids))
+        del n.model                                               # keep the gates, free the weights
+pd.DataFrame([{"family": n.family, "seed": n.seed, "write temperature": n.write_temperature,
+               "read temperature": n.read_temperature, "write entropy": h["write"], "read entropy": h["read"],
+               "write gap": h["write"] / entropy["write"] - 1,
+               "dead": int((~usage.alive_mask(st, DEAD_FLOOR)).sum())}
+              for n, h, st in zip(nulls, null_entropy, null_stats)]).round(4)
 
 # %% [markdown]
-# ## Coherence of each prototype's top tokens: trained vs matched nulls
+# ## Coherence of each prototype's top tokens: trained vs each null family (alive prototypes)
 
 # %%
-m = concepts.measure_concepts(
+m = labels.measure_concepts(
     stats, null_stats, ref, trained_entropy=entropy, null_entropy=null_entropy, top=TOP, min_count=MIN_COUNT,
-    null_info=[{"seed": n.seed, "write_temperature": n.write_temperature, "read_temperature": n.read_temperature}
-               for n in nulls],
+    null_families=[n.family for n in nulls], floor=DEAD_FLOOR,
+    null_info=[{"family": n.family, "seed": n.seed, "write_temperature": n.write_temperature,
+                "read_temperature": n.read_temperature} for n in nulls],
     config={"model": lm.description, "blocks": N_BLOCKS, "context": CONTEXT, "null_seeds": NULL_SEEDS,
             "search_sample": list(SEARCH)}, seed=nb.seed)
 assert m.claim == "protot/concept-prototypes"
 coh = m.tables["concept_coherence"]
 table["coherence"] = coh[coh.model == "trained"]["coherence"].to_numpy()
 m.tables["concept_prototypes"] = table
+m.tables["dead_prototypes"] = dead
 v, ev = m.values, m.evidence
-print(f"mean coherence: trained {v['coherence_trained']:.4f}; nulls "
-      + ", ".join(f"{c:.4f}" for c in ev["coherence_null"])
-      + f"; random sets of {TOP} token types {ev['chance_coherence_mean']:.4f} (95th percentile {ev['chance_coherence_p95']:.4f})")
-pd.set_option("display.max_colwidth", 80)
-table.sort_values("coherence", ascending=False).head(12).round(3)
+fams = m.tables["concept_null_families"]
+print(f"mean coherence over {ev['alive_trained']} alive prototypes: trained {v['coherence_trained']:.4f}; random sets of "
+      f"{TOP} token types {ev['chance_coherence_mean']:.4f} (95th percentile {ev['chance_coherence_p95']:.4f})")
+fams.round(4)
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [1.4, 1]})
 ax = axes[0]
-sns.histplot(data=coh, x="coherence", hue="model", element="step", stat="density", common_norm=False, bins=30, ax=ax)
+alive_coh = coh[coh.alive]
+sns.histplot(data=alive_coh, x="coherence", hue="family", element="step", stat="density", common_norm=False, bins=30, ax=ax)
 ax.axvline(ev["chance_coherence_mean"], color="0.3", ls=":", lw=1, label="random token sets")
 ax.set_xlabel(f"coherence of the top-{TOP} write tokens (mean pairwise cosine, {ref.name})")
-ax.set_title("Per prototype: trained vs untrained with matched gate entropy", fontsize=10)
+ax.set_title("Alive prototypes: trained vs null families (gates as sharp)", fontsize=10)
 ax = axes[1]
-means = coh.groupby("model", sort=False)["coherence"].mean()
-ax.bar(means.index, means.values, color=["C3"] + ["0.55"] * (len(means) - 1))
+ax.bar(["trained"] + list(fams.family.str.replace(" and ", " +\n").str.replace(" redrawn", "\nredrawn")),
+       [v["coherence_trained"]] + list(fams.coherence), color=["C3"] + ["0.55"] * len(fams))
+ax.errorbar(np.arange(1, len(fams) + 1), fams.coherence, yerr=[fams.ci_high - fams.margin, fams.margin - fams.ci_low],
+            fmt="none", color="k", capsize=3)
 ax.axhline(ev["chance_coherence_mean"], color="0.3", ls=":", lw=1)
-ax.set_ylabel("mean coherence over prototypes"); ax.set_title("Model means", fontsize=10)
-ax.tick_params(axis="x", rotation=20)
+ax.set_ylabel("mean coherence over alive prototypes"); ax.tick_params(axis="x", labelsize=8)
+ax.set_title("Means; bars on the nulls: 95% interval of the margin, shifted", fontsize=10)
 fig.tight_layout()
 plotting.savefig(fig, "protot/concept_coherence", profile=nb.profile)
 plt.show()
@@ -128,12 +147,12 @@ plt.show()
 # ## The most coherent prototypes: top tokens and contexts
 
 # %%
-best = table.sort_values("coherence", ascending=False).head(6)
+best = table[table.alive].sort_values("coherence", ascending=False).head(6)
 for _, row in best.iterrows():
-    l, k = int(row.layer), int(row.prototype)
-    print(f"L{l} P{k}  coherence {row.coherence:.2f}  purity {row.purity:.2f}  half-life {row.half_life:.1f}")
-    print("   top tokens:", row.label)
-    for c in concepts.top_contexts(stats, tok, l, k, top=2).context:
+    print(f"L{int(row.layer)} P{int(row.prototype)}  coherence {row.coherence:.2f}  write share {row.write_share:.3f}  "
+          f"half-life {row.half_life:.1f}")
+    print("   write:", row.write_tokens, "   read:", row.read_tokens)
+    for c in row.top_contexts.split(" || "):
         print("   ", c)
 
 # %% [markdown]
@@ -146,10 +165,10 @@ for _, row in best.iterrows():
 # has few prototypes that can stand for anything.
 
 # %%
-usage = pd.concat([concepts.prototype_usage(stats).assign(model="trained"),
-                   concepts.prototype_usage(null_stats[0]).assign(model=f"null seed {nulls[0].seed}")])
-m.tables["prototype_usage"] = usage
-usage.pivot_table(index=["gate", "layer"], columns="model", values=["effective", "rarely_used", "top_share"]).round(2)
+use = pd.concat([usage.prototype_usage(stats).assign(model="trained"),
+                 usage.prototype_usage(null_stats[0]).assign(model=f"untrained null seed {nulls[0].seed}")])
+m.tables["prototype_usage"] = use
+use.pivot_table(index=["gate", "layer"], columns="model", values=["effective", "rarely_used", "top_share"]).round(2)
 
 # %% [markdown]
 # ## Which prototypes are selective for given words
@@ -164,37 +183,42 @@ for word in PROBE_WORDS:
     if len(win) < 3:
         print(f"{word!r}: only {len(win)} windows in the validation split, skipped")
         continue
-    sel = concepts.find_prototype(model, tok, word, win.to(nb.device), gate="write")
+    sel = labels.find_prototype(model, tok, word, win.to(nb.device), gate="write")
     row = table.set_index(["layer", "prototype"]).loc[(sel.layer, sel.prototype)]
     rows.append({"probe": word, "count": sel.count, "layer": sel.layer, "prototype": sel.prototype,
-                 "selectivity": sel.selectivity, "coherence": row.coherence, "label of the prototype": row.label})
+                 "selectivity": sel.selectivity, "alive": row.alive, "coherence": row.coherence,
+                 "label of the prototype": row.label})
 probes = pd.DataFrame(rows)
 probes.round(2)
 
 # %% [markdown]
 # ## Verdict
 # `conclude` records the measurement in this run's folder, then applies the pre-registered check:
-# coherence_margin (trained mean coherence minus the largest null's) > 0, with the preconditions
-# that the null models' write-gate entropy is within 5% of the trained model's and that there are
-# at least three of them. Coherence in an independent model's embedding space says the top tokens
-# are related (by topic, syntax or form); it does not name the concept, and these small models'
-# prototypes cannot be compared index by index with the paper's.
+# against every null family, the lower end of the 95% interval of the margin (trained mean coherence
+# minus the family's, alive prototypes) above 0, with the preconditions that every null model's
+# write-gate entropy is within 5% of the trained model's and that each family has at least three
+# models. Coherence in an independent model's embedding space says the top tokens are related (by
+# topic, syntax or form); it does not name the concept, and these small models' prototypes cannot be
+# compared index by index with the paper's.
 
 # %%
 assert table["purity"].between(0, 1).all() and len(table) == stats.layers * stats.prototypes
-assert all(n.model.config is not model.config for n in nulls) and model.config.write_temperature == 1.0
+assert model.config.write_temperature == 1.0 and len(nulls) == len(labels.NULL_FAMILIES) * len(NULL_SEEDS)
+assert set(fams.family) == set(labels.NULL_FAMILIES) and (~table.alive).sum() == len(dead)
 m.note = (
-    f"Mean coherence of the top-{TOP} write tokens per prototype (mean pairwise cosine of {ref.name} input "
-    f"embeddings, centred; {ev['reference_tokens']:,} of our token types are one {ref.name} token): trained "
-    f"{v['coherence_trained']:.4f} vs untrained ProtoTs with matched gate entropy (seeds {NULL_SEEDS}) "
-    + ", ".join(f"{c:.4f}" for c in ev["coherence_null"])
+    f"Mean coherence of the top-{TOP} write tokens per alive prototype (mean pairwise cosine of {ref.name} input "
+    f"embeddings, centred; {ev['reference_tokens']:,} of our token types are one {ref.name} token; {len(dead)} of "
+    f"{ev['prototypes']} prototypes dead, share < {DEAD_FLOOR:g}/R): trained {v['coherence_trained']:.4f}; null families (seeds "
+    f"{NULL_SEEDS}, gates as sharp): "
+    + "; ".join(f"{r.family} {r.coherence:.4f} (margin {r.margin:+.4f}, 95% CI {r.ci_low:+.4f}..{r.ci_high:+.4f})"
+                for r in fams.itertuples())
     + f"; random sets of {TOP} token types {ev['chance_coherence_mean']:.4f}. Write-gate entropy gap of the nulls at most "
     f"{100 * v['null_entropy_gap']:.1f}% (read {100 * ev['read_entropy_gap_max']:.1f}%). Most coherent: "
-    + "; ".join(f"L{int(r.layer)} P{int(r.prototype)} [{r.label}] {r.coherence:.2f}" for r in best.head(4).itertuples())
+    + "; ".join(f"L{int(r.layer)} P{int(r.prototype)} [{r.write_tokens}] {r.coherence:.2f}" for r in best.head(4).itertuples())
     + ". Probes: " + "; ".join(f"{r.probe!r}->L{r.layer} P{r.prototype} (x{r.selectivity:.1f})" for r in probes.itertuples())
     + ". Effective write prototypes per layer (exp entropy of the mean gates, of "
     + f"{stats.prototypes}): "
-    + ", ".join(f"L{r.layer} {r.effective:.1f}" for r in usage[(usage.model == "trained") & (usage.gate == "write")].itertuples())
+    + ", ".join(f"L{r.layer} {r.effective:.1f}" for r in use[(use.model == "trained") & (use.gate == "write")].itertuples())
     + f". Model: {lm.description}; the paper's layer/prototype indices do not exist here.")
 verdict = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 verdict

@@ -1,8 +1,11 @@
-"""protot.concepts on tiny random ProtoT models: gate tables, labels, find_prototype on a planted
-prototype, ablation (no-op exact, masking changes the output, weights restored), model loading."""
+"""protot.concepts, protot.labels, protot.ablation and protot.usage on tiny random ProtoT models:
+gate tables, labels, find_prototype on a planted prototype, ablation (no-op exact, masking changes
+the output, weights restored), model loading, the concept check and its nulls, the label-based
+selection of a prototype, strata of contexts, and the women measurements."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -241,84 +244,6 @@ def test_load_model_falls_back_to_a_run(tmp_path, monkeypatch):
     assert committed.source == "committed" and committed.description.startswith("models/protot-cpu")
 
 
-# -- the women ablation as claims measurements ---------------------------------------------------------
-def _word_stream(tokenizer, n, seed):
-    """Random tokens with " women", " men", " he", " she" sprinkled in (each ~1 in 12 positions)."""
-    rng = np.random.default_rng(seed)
-    s = rng.integers(1, 400, size=n)
-    words = [C.token_id(tokenizer, w) for w in (" women", " men", " he", " she")]
-    hits = rng.random(n) < 4 / 12
-    s[hits] = rng.choice(words, size=int(hits.sum()))
-    return s.astype(np.uint16)
-
-
-def test_measure_women_ablation(tokenizer, women):
-    from compendium import claims
-
-    m = _model(tokenizer.vocab_size, seed=3)
-    with torch.no_grad():   # make the mixers matter (alpha = 0.1 at init)
-        for mixer in m.mixers():
-            mixer.alpha.fill_(1.0)
-    before = {n: p.detach().clone() for n, p in m.state_dict().items()}
-    train, val = _word_stream(tokenizer, 3000, 1), _word_stream(tokenizer, 3000, 2)
-    kw = dict(other_words=(" men", " he"), select_windows=12, select_context=16, context=16, max_contexts=40,
-              other_contexts=8, n_controls=3, n_random=12, reinit_seeds=(0, 1), ppl_blocks=2, ppl_context=16,
-              effect_context=16, short=4, n_boot=200, seed=0)
-    a, p = C.measure_women_ablation(m, tokenizer, train, val, candidates=None, **kw)
-    L, R = m.config.num_hidden_layers, m.config.num_prototypes
-    scan = a.tables["women_selection_scan"]
-    assert len(scan) == L * R and scan["drop_pct"].is_monotonic_decreasing    # every prototype scanned
-    layer, k = int(scan.layer[0]), int(scan.prototype[0])
-    assert a.evidence["selected"] == f"L{layer} P{k}"
-    # the selection is the largest drop on the training contexts, recomputed directly
-    sel_ctx = C.windows_at(train, women, 16, where="before", max_windows=12, seed=0)
-    p0 = C.target_probs(m, sel_ctx, women)
-    with C.edited(m, C.Edit("mask", layer, k)):
-        assert C.drop_pct(p0, C.target_probs(m, sel_ctx, women)) == pytest.approx(scan.drop_pct[0], abs=1e-9)
-    # the validation numbers, recomputed directly
-    ctx = C.windows_at(val, women, 16, where="before", max_windows=40, seed=0)
-    q0 = C.target_probs(m, ctx, women)
-    with C.edited(m, C.Edit("mask", layer, k)):
-        drop = C.drop_pct(q0, C.target_probs(m, ctx, women))
-    v = a.values
-    assert v["drop_pct"] == pytest.approx(drop, abs=1e-9) and v["ci_low_pct"] <= drop <= v["ci_high_pct"]
-    edits = a.tables["women_ablation_edits"]
-    ctrl = edits[edits.group == "control"]
-    rand = edits[edits.group == "random"]
-    assert len(ctrl) == 3 and (ctrl.layer == layer).all() and (ctrl.prototype != k).all()
-    assert len(rand) == 12 and not ((rand.layer == layer) & (rand.prototype == k)).any()
-    assert v["control_margin"] == pytest.approx(drop - ctrl.drop_pct.max())
-    spec = a.tables["women_ablation_specificity"]
-    assert list(spec.word) == [" men", " he"] and v["specificity_margin"] == pytest.approx(drop - spec.drop_pct.max())
-    assert p.values["target_vs_random"] == pytest.approx(drop - np.quantile(rand.drop_pct, 0.95))
-    assert p.values["ppl_change_pct_abs"] == pytest.approx(abs(p.values["ppl_change_pct"])) and p.values["ppl_change_pct"] != 0
-    assert len(a.evidence["reinit_drop_pct"]) == 2
-    for n, t in m.state_dict().items():       # every edit undone
-        assert torch.equal(t, before[n]), n
-    # deterministic, and the bounded scan keeps the most selective prototypes only
-    a2, _ = C.measure_women_ablation(m, tokenizer, train, val, candidates=None, **kw)
-    assert a2.values == a.values
-    a3, _ = C.measure_women_ablation(m, tokenizer, train, val, candidates=4, **kw)
-    assert a3.evidence["candidates_scanned"] == 4
-    # the measurements carry every quantity the registered checks and preconditions name
-    for meas in (a, p):
-        claim = claims.get_claim(meas.claim)
-        assert set(claim.quantities) <= set(meas.values)
-        status, *_ = claims.evaluate(claim, meas.values, "cpu")
-        assert status in claims.VERDICTS
-    # this untrained model fails the check itself too, not only its power precondition: with the
-    # precondition forced to pass, the full scan's best prototype (chosen on training text) still
-    # does not lower p(women) on validation text by the registered margin
-    powered = {**a.values, "context_effect_nats": 1.0}
-    assert claims.evaluate(claims.get_claim(a.claim), powered, "cpu")[0] == claims.DOES_NOT_HOLD
-    # a model that ignores context fails the power precondition: inconclusive, naming it
-    no_ctx = {**a.values, "context_effect_nats": 0.0}
-    status, _, pre, reason = claims.evaluate(claims.get_claim(a.claim), no_ctx, "cpu")
-    assert status == claims.INCONCLUSIVE and "uses-context" in reason
-    with pytest.raises(ValueError, match="training contexts"):
-        C.measure_women_ablation(m, tokenizer, train[:40], val, **kw)
-
-
 # -- concept null with matched sharpness, coherence --------------------------------------------------------
 def _synthetic_reference(n_types=400, dim=16, clusters=8, seed=0):
     """Token ids 1..n_types-1 with reference vectors in ``clusters`` tight clusters (id % clusters)."""
@@ -394,3 +319,410 @@ def test_matched_null_and_an_untrained_model_fails_the_check(tokenizer):
     assert m.values["null_seeds"] == 3 and m.values["null_entropy_gap"] <= 0.05
     status, *_ = claims.evaluate(claim, m.values, "cpu")
     assert status == claims.DOES_NOT_HOLD, m.values
+
+
+# -- the nulls of the concept check: every one of them fails it ----------------------------------------------
+def test_redrawn_null_changes_only_what_it_redraws(tokenizer):
+    from protot import labels
+
+    trained = _model(tokenizer.vocab_size, seed=0, shared_keys=True)
+    before = {n: p.detach().clone() for n, p in trained.state_dict().items()}
+    ids = _ids(6, C.token_id(tokenizer, " women"), seed=2)
+    target = C.mean_gate_entropy(trained, ids)
+    for read_too in (False, True):
+        n = labels.redrawn_null(trained, 5, ids, target, read_projections=read_too, tol=0.01)
+        assert n.family == labels.NULL_FAMILIES[2 if read_too else 1]
+        redrawn = {".prototypes"} | ({".key_proj.weight"} if read_too else set())
+        for name, p in n.model.state_dict().items():
+            same = torch.equal(p, before[name])
+            assert same != any(name.endswith(r) for r in redrawn), name   # exactly the redrawn tensors differ
+        for kind in ("write", "read"):
+            assert n.entropy[kind] == pytest.approx(target[kind], rel=0.01)
+    for name, p in trained.state_dict().items():          # the trained model is untouched
+        assert torch.equal(p, before[name]), name
+    assert trained.config.write_temperature == 1.0
+    # a model with separate projections: the read projection is W_r
+    sep = _model(tokenizer.vocab_size, seed=0)
+    assert labels.read_projection(sep.layers[1].mixer) is sep.layers[1].mixer.read_proj.weight
+    with pytest.raises(ValueError, match="family"):
+        labels.null_model(trained, "shuffled", 0, ids)
+
+
+def _clustered_model(vocab, clusters=8, seed=0):
+    """A tiny ProtoT whose embeddings of ids 1..399 sit in ``clusters`` tight clusters (id % clusters,
+    as _synthetic_reference) and whose key projection of layer 0 is the identity: whatever its
+    prototype vectors are, each one's top tokens come from one cluster. Coherence is then a property
+    of the rest of the model, as an outside check found it to be in a trained one."""
+    m = _model(vocab, seed=seed, conv_layers=0, shared_keys=True)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        E = m.get_input_embeddings().weight
+        d = E.shape[1]
+        centres = torch.randn(clusters, d, generator=g)
+        ids = torch.arange(1, 400)
+        E[ids] = centres[ids % clusters] + 0.2 * torch.randn(len(ids), d, generator=g)
+        m.layers[0].mixer.key_proj.weight.copy_(torch.eye(d))
+    return m
+
+
+@pytest.mark.parametrize("family", ["untrained", "prototypes redrawn", "prototypes and read projections redrawn"])
+def test_nulls_of_the_authors_variant_match_gate_entropy(tokenizer, family):
+    """The authors' mixer learns its temperatures (write_tau / read_tau per head): the null's search
+    scales them, so its write gates match the target entropy as compendium-v1's do."""
+    from protot import labels
+    from protot.models import build_model
+
+    torch.manual_seed(0)
+    trained = build_model("protot", "tiny", tokenizer.vocab_size).eval()
+    assert trained.config.variant == "authors"
+    before = {n: p.detach().clone() for n, p in trained.state_dict().items()}
+    ids = _ids(6, C.token_id(tokenizer, " women"), seed=2)
+    target = {k: 0.6 * v for k, v in C.mean_gate_entropy(trained, ids).items()}
+    n = labels.null_model(trained, family, 7, ids, target, tol=0.01)
+    assert n.entropy["write"] == pytest.approx(target["write"], rel=0.01)
+    assert n.write_temperature < 1.0
+    for name, p in trained.state_dict().items():
+        assert torch.equal(p, before[name]), name
+
+
+def test_every_null_fails_the_concept_check(tokenizer):
+    """Each null family in the role of the trained model, against the nulls (its own family's other
+    seeds included): the registered check says "does not hold" for every one. The model's coherence
+    sits in its embeddings, not its prototypes: compared with untrained nulls only, the model with
+    its prototypes re-drawn passes (what the earlier check did), so the re-drawn families are
+    needed. The same check passes planted concepts (test_coherence_sees_planted_clusters)."""
+    from compendium import claims
+    from protot import labels
+
+    trained = _clustered_model(tokenizer.vocab_size)
+    ids = _ids(16, C.token_id(tokenizer, " women"), seed=5)
+    target = {k: 0.6 * v for k, v in C.mean_gate_entropy(trained, ids).items()}    # sharper than at init
+    ref = _synthetic_reference()
+    claim = claims.get_claim("protot/concept-prototypes")
+    nulls = {fam: [labels.null_model(trained, fam, s, ids, target, tol=0.01) for s in (11, 12, 13, 14)]
+             for fam in labels.NULL_FAMILIES}
+    stats = {fam: [C.collect_gates(n.model, ids) for n in ns] for fam, ns in nulls.items()}
+    ents = {fam: [C.mean_gate_entropy(n.model, ids) for n in ns] for fam, ns in nulls.items()}
+
+    def check(role, pool):
+        m = C.measure_concepts(stats[role][0], [stats[f][i] for f, i in pool], ref, trained_entropy=ents[role][0],
+                               null_entropy=[ents[f][i] for f, i in pool], null_families=[f for f, _ in pool],
+                               min_count=2, n_boot=500)
+        assert m.values["null_seeds"] == 3 and m.values["null_entropy_gap"] <= 0.05   # preconditions pass
+        return claims.evaluate(claim, m.values, "cpu")[0], m
+
+    for role in labels.NULL_FAMILIES:
+        pool = [(f, i) for f in labels.NULL_FAMILIES for i in range(4) if (f, i) != (role, 0)]
+        status, m = check(role, pool)
+        assert status == claims.DOES_NOT_HOLD, (role, m.values, m.tables["concept_null_families"])
+        fams = m.tables["concept_null_families"]
+        assert list(fams.family) == list(labels.NULL_FAMILIES) and (fams.ci_low < fams.margin).all()
+    redrawn = labels.NULL_FAMILIES[1]
+    status, m = check(redrawn, [(labels.NULL_FAMILIES[0], i) for i in range(1, 4)])
+    assert status == claims.HOLDS, m.tables["concept_null_families"]
+
+
+def test_dead_prototypes_leave_the_concept_check():
+    """A prototype below the floor takes no part: a perfectly coherent dead prototype does not lift
+    the trained mean; alive, it does."""
+    ref = _synthetic_reference()
+    rng = np.random.default_rng(1)
+    ids = rng.integers(1, 400, size=(20, 64))
+    R = 8
+    g = rng.dirichlet(np.full(R, 0.3), size=(1, 20, 64))
+    g[..., 0] = 0.0
+    g /= g.sum(-1, keepdims=True)
+    g[0][ids % 8 == 0] = 0.0                              # prototype 0 takes cluster 0 only, with a small gate
+    g[0][ids % 8 == 0, 0] = 1.0
+    g = g / g.sum(-1, keepdims=True)
+    share0 = float(g[..., 0].mean())
+    assert share0 > 0.1 / R                              # alive as built
+    alive_stats = _stats_with(g, ids, 400)
+    dead = g.copy()
+    dead[..., 0] *= 0.01 / R / share0                    # now below the floor
+    dead_stats = _stats_with(dead, ids, 400)
+    assert C.alive_mask(alive_stats)[0, 0] and not C.alive_mask(dead_stats)[0, 0]
+    assert list(C.dead_prototypes(dead_stats).itertuples(index=False, name=None))[0][:2] == (0, 0)
+    nulls = [_stats_with(np.random.default_rng(s).dirichlet(np.full(R, 0.3), size=(1, 20, 64)), ids, 400) for s in (2, 3, 4)]
+    H = [{"write": 1.0, "read": 1.0}] * 3
+    a = C.measure_concepts(alive_stats, nulls, ref, trained_entropy=H[0], null_entropy=H, min_count=2, n_boot=200)
+    d = C.measure_concepts(dead_stats, nulls, ref, trained_entropy=H[0], null_entropy=H, min_count=2, n_boot=200)
+    coh = C.coherence(alive_stats, ref, min_count=2)
+    assert a.values["coherence_trained"] == pytest.approx(np.nanmean(coh))
+    assert d.values["coherence_trained"] == pytest.approx(np.nanmean(coh[0, 1:]))
+    assert a.evidence["alive_trained"] == R and d.evidence["alive_trained"] == R - 1
+
+
+def test_prototype_table_labels_and_dead_floor(tokenizer, women):
+    m = _model(tokenizer.vocab_size, conv_layers=0)
+    _plant(m, 4, women)
+    ids = _ids(8, women)
+    stats = C.collect_gates(m, ids)
+    tab = C.prototype_table(stats, tokenizer, min_count=2, contexts=2).set_index(["layer", "prototype"])
+    row = tab.loc[(0, 4)]
+    assert row.write_tokens.split(" | ")[0] == " women" and row.label == row.write_tokens   # planted on W_w only
+    read = C.top_tokens(stats, tokenizer, 0, 4, gate="read", top=5, min_count=2)
+    assert row.read_tokens == " | ".join(read.token)
+    assert row.top_contexts.count("[[ women]]") == 2 and row.alive
+    assert tab.alive.equals(pd.Series(C.alive_mask(stats).reshape(-1), index=tab.index, name="alive"))
+    shares = C.gate_shares(stats)
+    np.testing.assert_allclose(shares["write"].sum(1), 1.0, rtol=1e-12)
+    with pytest.raises(ValueError, match="floor"):
+        C.alive_mask(stats, floor=0.0)
+
+
+# -- a prototype found by its label -----------------------------------------------------------------------------
+def _pair_stream(tokenizer, n, seed):
+    """Random tokens with every word of the female pairs sprinkled in (together ~1 in 4 positions)."""
+    from protot import ablation as A
+
+    rng = np.random.default_rng(seed)
+    s = rng.integers(1, 400, size=n)
+    words = [C.token_id(tokenizer, w) for p in A.FEMALE_PAIRS for w in p]
+    hits = rng.random(n) < 0.25
+    s[hits] = rng.choice(words, size=int(hits.sum()))
+    return s.astype(np.uint16)
+
+
+def _plant_class(model, k: int, targets, strength: float = 12.0):
+    """As _plant, for a class of tokens: prototype k of layer 0 takes every token of ``targets``."""
+    mixer = model.layers[0].mixer
+    with torch.no_grad():
+        E = model.get_input_embeddings().weight
+        E[:, 0] = 0.0
+        for t in targets:
+            E[t] = 0.0
+            E[t, 0] = 1.0
+        mixer.write_proj.weight.copy_(torch.eye(mixer.write_proj.weight.shape[0]))
+        mixer.prototypes[:, 0] = 0.0
+        mixer.prototypes[k] = 0.0
+        mixer.prototypes[k, 0] = strength
+
+
+@pytest.mark.parametrize("planted", ["female", "none"])
+def test_label_selection_finds_a_planted_female_prototype(tokenizer, planted):
+    """"female": prototype 3 of layer 0 takes the female words: selected and labelled. "none": a
+    random model: no label earns the name."""
+    from protot import ablation as A, labels
+
+    m = _model(tokenizer.vocab_size, conv_layers=0, seed=1)
+    female = [a for a, _ in A.FEMALE_PAIRS]
+    if planted != "none":
+        _plant_class(m, 3, [C.token_id(tokenizer, w) for w in female])
+    stream = _pair_stream(tokenizer, 6000, 0)
+    stats = C.collect_gates(m, C.sample_blocks(stream, 24, 32, seed=0))
+    gates = labels.word_gates(m, tokenizer, stream, [w for p in A.FEMALE_PAIRS for w in p], windows=16, context=16)
+    assert all(g["count"] == 16 for g in gates.values())
+    scores = labels.label_scores(gates, A.FEMALE_PAIRS, C.alive_mask(stats))
+    assert len(scores) == 2 * 2 * 8 and scores.score.is_monotonic_decreasing
+    sel = labels.select_by_label(scores, stats, gates, female, min_count=2)
+    if planted == "female":
+        assert (sel.layer, sel.prototype) == (0, 3) and sel.labelled, scores.head()
+        assert sel.score > np.log(10) and sel.top_share == 1.0
+    else:
+        assert not sel.labelled, (sel.name, sel.score, sel.top_share)
+    # the score recomputed by hand for the selected prototype and gate
+    direct = np.mean([np.log(max(gates[a][sel.gate][sel.layer, sel.prototype], 1e-12)
+                             / max(gates[b][sel.gate][sel.layer, sel.prototype], 1e-12)) for a, b in A.FEMALE_PAIRS])
+    assert sel.score == pytest.approx(direct, rel=1e-12)
+    # a dead prototype is never selected, however high its score
+    alive = C.alive_mask(stats).copy()
+    alive[sel.layer, sel.prototype] = False
+    other = labels.select_by_label(labels.label_scores(gates, A.FEMALE_PAIRS, alive), stats, gates, female, min_count=2)
+    assert (other.layer, other.prototype) != (sel.layer, sel.prototype)
+
+
+def test_a_label_needs_the_words_among_its_top_tokens():
+    """A prototype that prefers female words to their matched words (score ln 6) but takes 40 other
+    token types far more: the score alone would pass, the label (female words among its top-10
+    tokens) does not; with the female words at the top, it does."""
+    from protot import ablation as A, labels
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, 400, size=(20, 64))
+    L, R = 1, 8
+    g = np.full((L, 20, 64, R), 1.0 / R)
+    g[0][ids <= 40] = 0.1 / (R - 1)
+    g[0][ids <= 40, 3] = 0.9                             # P3 takes ids 1..40
+    stats = _stats_with(g, ids, 400)
+    gates = {}
+    for a, b in A.FEMALE_PAIRS:
+        for w, v in ((a, 0.3), (b, 0.05)):
+            x = np.full((L, R), 1.0 / R)
+            x[0, 3] = v
+            gates[w] = {"write": x, "read": x, "count": 16}
+    female = [a for a, _ in A.FEMALE_PAIRS]
+    scores = labels.label_scores(gates, A.FEMALE_PAIRS)
+    sel = labels.select_by_label(scores, stats, gates, female, min_count=2)
+    assert (sel.layer, sel.prototype) == (0, 3) and sel.score == pytest.approx(np.log(6))
+    assert sel.top_share == 0.0 and not sel.labelled
+    for w in female:
+        gates[w]["write"][0, 3] = 0.95                   # now above every other token type
+    sel = labels.select_by_label(labels.label_scores(gates, A.FEMALE_PAIRS), stats, gates, female, min_count=2)
+    assert sel.top_share == 1.0 and sel.labelled
+
+
+# -- strata, coordination contexts, perplexity interval, controls ----------------------------------------------
+def test_stratify_hand_written_contexts(tokenizer):
+    from protot import ablation as A
+
+    enc = lambda text: tokenizer.encode(text, add_special_tokens=False)   # noqa: E731
+    texts = {"coordination": ["The study followed both men and", "Doctors asked whether girls or",
+                              "Prices depend on supply and"],
+             "topical": ["The mother said that many of the", "She wrote a letter to other", "His team and the"],
+             "rest": ["The committee voted to support the", "Salt and pepper were sold at the", "In 1990, a law or"
+                      " rule for"]}
+    rows = [(enc(t), want) for want, ts in texts.items() for t in ts]
+    T = max(len(r) for r, _ in rows)
+    pad = C.token_id(tokenizer, " the")
+    ctx = np.array([[pad] * (T - len(r)) + r for r, _ in rows])     # left-padded with a neutral word
+    coord = [C.token_id(tokenizer, w) for w in A.COORDINATORS]
+    gender = A.word_ids(tokenizer, [a for a, _ in A.FEMALE_PAIRS] + list(A.MALE_WORDS), capitalised=True)
+    assert {C.token_id(tokenizer, w) for w in (" She", "She", " His")} <= set(gender)
+    got = A.stratify(ctx, coord, gender)
+    assert list(got) == [want for _, want in rows]
+    lower_only = A.word_ids(tokenizer, [a for a, _ in A.FEMALE_PAIRS] + list(A.MALE_WORDS))
+    assert list(A.stratify(ctx, coord, lower_only))[4:6] == ["rest", "rest"]     # "She ...", "His ..." need the capitals
+    with pytest.raises(ValueError, match=r"\(n, T\)"):
+        A.stratify(ctx[0], coord, gender)
+
+
+def test_coordination_contexts(tokenizer):
+    from protot import ablation as A
+
+    enc = lambda text: tokenizer.encode(text, add_special_tokens=False)   # noqa: E731
+    s = np.array(enc("We need supply and demand, cats or dogs, and 42 more, men and women."), dtype=np.uint16)
+    coord = [C.token_id(tokenizer, w) for w in A.COORDINATORS]
+    ctx, nxt = A.coordination_contexts(s, tokenizer, 3, 10, coordinator_ids=coord,
+                                       exclude_ids=[C.token_id(tokenizer, " women")])
+    assert [tokenizer.decode([int(t)]) for t in nxt] == [" demand", " dogs"]      # not " 42", not " women"
+    assert all(int(c[-1]) in coord for c in ctx) and ctx.shape == (2, 3)
+    assert tokenizer.decode(ctx[0].tolist()).endswith("supply and")
+
+
+def test_ppl_change_interval_matches_direct_perplexity(tokenizer, women):
+    from protot import ablation as A
+
+    m = _model(tokenizer.vocab_size, seed=3)
+    with torch.no_grad():
+        for mixer in m.mixers():
+            mixer.alpha.fill_(1.0)
+    blocks = _ids(10, women, seed=4)
+    nll0 = A.block_nll(m, blocks, batch_size=3)
+    with torch.no_grad():
+        logits = m(blocks).logits[:, :-1].double()
+        direct = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), blocks[:, 1:].reshape(-1),
+                                                   reduction="sum")
+    assert nll0.sum() == pytest.approx(float(direct), rel=1e-10)
+    with C.edited(m, C.Edit("mask", 1, 2)):
+        nll1 = A.block_nll(m, blocks)
+    ch, lo, hi = A.ppl_change_interval(nll0, nll1, T - 1, n_boot=500)
+    ppl0, ppl1 = np.exp(nll0.sum() / (10 * (T - 1))), np.exp(nll1.sum() / (10 * (T - 1)))
+    assert ch == pytest.approx(100 * (ppl1 / ppl0 - 1), rel=1e-9) and ch != 0
+    assert lo <= ch <= hi and lo < hi
+    assert A.ppl_change_interval(nll0, nll0, T - 1, n_boot=50) == (0.0, 0.0, 0.0)
+
+
+def test_alive_controls_exclude_dead_prototypes():
+    from protot import ablation as A
+
+    alive = np.ones((3, 8), bool)
+    alive[1, [0, 2, 5, 6]] = False
+    assert A.alive_controls(alive, 1, 3, None) == [1, 4, 7]
+    assert A.alive_controls(alive, 1, 1, None) == [3, 4, 7]
+    got = A.alive_controls(alive, 2, 0, 4, seed=1)
+    assert len(got) == 4 and 0 not in got and got == sorted(got) and got == A.alive_controls(alive, 2, 0, 4, seed=1)
+    assert A.alive_controls(np.zeros((1, 4), bool), 0, 1, 8) == []
+
+
+def test_measure_women_on_a_planted_model(tokenizer, women):
+    """The whole women measurement on a tiny model with a planted female prototype (layer 0, P3) and
+    two dead prototypes in the same layer: the label finds P3, the dead ones are never controls (of
+    p(women) or of perplexity), every registered quantity is there, and the numbers agree with
+    direct recomputation."""
+    from compendium import claims
+    from protot import ablation as A
+
+    m = _model(tokenizer.vocab_size, conv_layers=0, seed=2, shared_keys=True)
+    female_ids = [C.token_id(tokenizer, w) for w, _ in A.FEMALE_PAIRS]
+    mixer = m.layers[0].mixer
+    with torch.no_grad():
+        for mx in m.mixers():
+            mx.alpha.fill_(1.0)
+        E = m.get_input_embeddings().weight
+        E[:, :2] = 0.0
+        E[:, 1] = 0.5                                  # a direction every token shares
+        for t in female_ids:
+            E[t] = 0.0
+            E[t, 0] = 1.0
+        mixer.key_proj.weight.copy_(torch.eye(mixer.key_proj.weight.shape[0]))
+        mixer.prototypes[:, :2] = 0.0
+        mixer.prototypes[3] = 0.0
+        mixer.prototypes[3, 0] = 12.0
+        mixer.prototypes[[5, 6], 1] = -200.0           # dead: a large negative logit for every token
+    extra = [C.token_id(tokenizer, w) for w in (" and", " or", " people", " children")]
+
+    def stream(seed):
+        s = _pair_stream(tokenizer, 8000, seed).astype(np.int64)
+        hits = np.random.default_rng(seed + 10).random(len(s)) < 0.08
+        s[hits] = np.random.default_rng(seed + 20).choice(extra, size=int(hits.sum()))
+        return s.astype(np.uint16)
+
+    train, val = stream(1), stream(2)
+    kw = dict(label_blocks=24, label_context=32, word_windows=16, word_context=16, min_count=2, select_windows=12,
+              select_context=16, context=16, max_contexts=40, other_contexts=8, coordination_n=8, gender_contexts=8,
+              n_controls=None, reinit_seeds=(0,), ppl_blocks=6, ppl_context=16, effect_context=16, short=4,
+              n_boot=200, seed=0)
+    before = {n: p.detach().clone() for n, p in m.state_dict().items()}
+    a, p, s = A.measure_women(m, tokenizer, train, val, **kw)
+    assert a.evidence["prototype"] == "L0 P3" and a.values["labelled_female"] is True
+    dead = a.tables["dead_prototypes"]
+    assert {(0, 5), (0, 6)} <= set(zip(dead.layer, dead.prototype)) and (0, 3) not in set(zip(dead.layer, dead.prototype))
+    ctrl = a.tables["women_controls"]
+    alive_l0 = {j for j in range(8) if (0, j) not in set(zip(dead.layer, dead.prototype))}
+    assert set(ctrl.prototype) == alive_l0 - {3} and not {5, 6} & set(ctrl.prototype) and (ctrl.layer == 0).all()
+    ppl = p.tables["women_ppl"]
+    ppl_ctrl = ppl[ppl.edit.str.startswith("control")]
+    assert set(ppl_ctrl.prototype) == set(ctrl.prototype) and (ppl_ctrl.layer == 0).all()
+    assert p.values["ppl_blocks"] == 6 and p.values["ppl_ci_low_pct"] <= p.values["ppl_change_pct"] <= p.values["ppl_ci_high_pct"]
+    blocks = C.sample_blocks(val, 6, 16, seed=0)                 # the perplexity change, recomputed directly
+    with torch.no_grad():
+        def ppl_of():
+            logits = m(blocks).logits[:, :-1].double()
+            return float(torch.exp(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                                     blocks[:, 1:].reshape(-1))))
+        ppl0 = ppl_of()
+        with C.edited(m, C.Edit("mask", 0, 3)):
+            ppl1 = ppl_of()
+    assert p.values["ppl_change_pct"] == pytest.approx(100 * (ppl1 / ppl0 - 1), rel=1e-9)
+    assert p.evidence["ppl_intact"] == pytest.approx(ppl0, rel=1e-9)
+    # the drop and its strata, recomputed directly
+    ctx = C.windows_at(val, women, 16, where="before", max_windows=40, seed=0)
+    q0 = C.target_probs(m, ctx, women)
+    with C.edited(m, C.Edit("mask", 0, 3)):
+        q1 = C.target_probs(m, ctx, women)
+    assert a.values["drop_pct"] == pytest.approx(C.drop_pct(q0, q1), abs=1e-9)
+    coord = [C.token_id(tokenizer, w) for w in A.COORDINATORS]
+    is_coord = np.isin(ctx[:, -1].numpy(), coord)
+    assert a.values["coordination_contexts"] == int(is_coord.sum()) > 0
+    assert a.values["coordination_drop_pct"] == pytest.approx(C.drop_pct(q0[is_coord], q1[is_coord]), abs=1e-9)
+    assert sum(a.values[f"{st}_contexts"] for st in A.STRATA) == len(ctx)
+    assert a.values["control_margin"] == pytest.approx(a.values["drop_pct"] - ctrl.drop_pct.max())
+    spec = a.tables["women_specificity"].set_index("word")
+    checked = [" people", " children", "gender-free coordination"]
+    assert a.values["specificity_margin"] == pytest.approx(a.values["drop_pct"] - spec.loc[checked, "drop_pct"].max())
+    assert list(spec.loc[list(A.GENDER_CHECK_WORDS), "split"]) == ["train"] * 3
+    # the causal scan scanned everything; its winner is the largest training drop
+    scan = s.tables["women_selection_scan"]
+    assert len(scan) == 2 * 8 and scan.drop_pct.is_monotonic_decreasing
+    assert s.evidence["prototype"] == f"L{scan.layer[0]} P{scan.prototype[0]}"
+    assert s.evidence["class"] in ("female", "coordination", "other")
+    for meas in (a, p, s):                      # every registered quantity, of the right type
+        claim = claims.get_claim(meas.claim)
+        assert set(claim.quantities) <= set(meas.values), meas.claim
+        assert claims.evaluate(claim, meas.values, "cpu")[0] in claims.VERDICTS
+    unlabelled = {**a.values, "labelled_female": False, "context_effect_nats": 1.0}
+    status, _, _, reason = claims.evaluate(claims.get_claim(a.claim), unlabelled, "cpu")
+    assert status == claims.INCONCLUSIVE and "labelled-female" in reason
+    for n, t in m.state_dict().items():
+        assert torch.equal(t, before[n]), n
