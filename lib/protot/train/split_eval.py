@@ -192,30 +192,24 @@ def first_half_costs(model, blocks: torch.Tensor, *, seed: int = 0, batch_size: 
     return pd.DataFrame(rows)
 
 
-@torch.no_grad()
-def usage(model, blocks: torch.Tensor, *, dead_share: float = 1e-3, batch_size: int = 16) -> pd.DataFrame:
-    """Per layer of a ProtoT (either variant): R, the effective number of prototypes exp(H(mean write
-    gate)), the largest share of the write mass, and how many prototypes hold less than ``dead_share``
-    of it (dead), over ``blocks`` (B, T)."""
+def usage(model, blocks: torch.Tensor, *, dead_share: float = 1e-3, batch_size: int = 8) -> pd.DataFrame:
+    """Per layer of a ProtoT (either variant), from its write gates over ``blocks`` (B, T): R, the
+    effective number of prototypes (exp of the entropy of the shares), the largest share, and how
+    many prototypes hold less than ``dead_share`` of the layer's write mass (dead). The shares are
+    ``protot.usage.prototype_usage``'s."""
+    from protot.concepts import collect_gates
+    from protot.usage import prototype_usage
+
     if getattr(model.config, "model_type", None) != "protot":
         raise ValueError(f"usage needs a ProtoT model, got {type(model).__name__}")
-    was = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    sums = None
-    for s in range(0, len(blocks), batch_size):
-        out = model(input_ids=blocks[s:s + batch_size].to(device), use_cache=False, output_gates=True)
-        part = [g["write_gate"].double().sum((0, 1)).cpu() for g in out.gates]
-        sums = part if sums is None else [a + b for a, b in zip(sums, part)]
-    model.train(was)
-    rows = []
-    for layer, mass in enumerate(sums):
-        share = mass / mass.sum()
-        ent = -(share.clamp_min(1e-300) * share.clamp_min(1e-300).log()).sum().item()
-        rows.append({"layer": layer, "prototypes": int(len(share)), "effective": math.exp(ent),
-                     "max_share": share.max().item(), "dead": int((share < dead_share).sum()),
-                     "dead_share_floor": dead_share})
-    return pd.DataFrame(rows)
+    R = model.config.num_prototypes
+    if not 0 < dead_share * R < 1:
+        raise ValueError(f"dead_share must lie in (0, 1/R) = (0, {1 / R:.4g}), got {dead_share}")
+    table = prototype_usage(collect_gates(model, blocks, batch_size=batch_size), rare=dead_share * R)
+    table = table[table.gate == "write"]
+    return pd.DataFrame({"layer": table.layer.to_numpy(), "prototypes": table.prototypes.to_numpy(),
+                         "effective": table.effective.to_numpy(), "max_share": table.top_share.to_numpy(),
+                         "dead": table.rarely_used.to_numpy(), "dead_share_floor": dead_share})
 
 
 def compare_committed(names: list[str], *, context: int = 256, blocks: int | None = None, seed: int = 0,
