@@ -77,7 +77,8 @@ def current() -> Path:
     kernel), else an ``interactive-<time>`` folder made on first use and kept for the process."""
     env = os.environ.get(RUN_ENV)
     if env:
-        path = Path(env).resolve()
+        # the same rule as --output: never a folder of sources, committed results or tracked files
+        path = paths.check_output(env, what=f"${RUN_ENV}")
         path.mkdir(parents=True, exist_ok=True)
         return path
     out = paths.output_dir()

@@ -317,6 +317,13 @@ def test_compendium_output_into_papers_is_refused(kernel_root, monkeypatch):
     assert sorted(p.name for p in (kernel_root / "papers" / "demo").iterdir()) == ["claims.yaml"]
 
 
+def test_a_run_folder_set_by_hand_inside_papers_is_refused(kernel_root, monkeypatch):
+    monkeypatch.setenv(runs.RUN_ENV, str(kernel_root / "papers" / "demo" / "results"))
+    with pytest.raises(ValueError, match="COMPENDIUM_RUN_DIR .* inside papers/"):
+        runs.current()
+    assert not (kernel_root / "papers" / "demo" / "results").exists()
+
+
 # -- 6. parameters checked before anything runs --------------------------------------------------------
 @pytest.mark.parametrize("args, needles", [
     (["-p", "N=abc"], ["-p N=abc: notebook 'demo/01_good' declares N = 3 (int); 'abc' is not an integer"]),
