@@ -140,13 +140,9 @@ def test_interactive_kernel_gets_its_own_run_folder_lazily(demo_root):
     assert not (demo_root / "papers" / "demo" / "results").exists()
 
 
-def test_record_is_deprecated_and_writes_into_the_run_folder(run_dir, demo_root):
-    with pytest.warns(DeprecationWarning, match="conclude"):
-        path = claims.record("demo/plain", 1.03, profile="cpu", seed=3, check=True, config={"T": [256]})
-    assert path == run_dir / "results" / "demo" / "plain.cpu.json"
-    e = json.loads(path.read_text())
-    assert e["verdict"] == "holds" and e["value"] == 1.03 and e["config"] == {"T": [256]}
-    assert not (demo_root / "papers" / "demo" / "results").exists()
+def test_a_notebook_cannot_choose_its_own_verdict():
+    # the only way to record is conclude(), which applies the registered check
+    assert not hasattr(claims, "record")
 
 
 def test_conclude_all_records_every_claim_before_failing(run_dir):
@@ -157,3 +153,83 @@ def test_conclude_all_records_every_claim_before_failing(run_dir):
     assert _read(run_dir)["verdict"] == "does not hold"
     assert (run_dir / "results" / "demo" / "plain.cpu.json").exists()  # recorded although an earlier one failed
     assert [v.status for v in claims.conclude_all([good], profile="cpu", seed=0)] == ["measured only"]
+
+
+# --- intervals decide ----------------------------------------------------------------------------
+INTERVAL_CLAIM = """\
+  - id: ratio
+    statement: The ratio lies between 2 and 10.
+    where: "§5"
+    paper_value: "2-10"
+    unit: x
+    source: paper
+    notebook: null
+    check:
+      quantity: ratio
+      op: between
+      threshold: [2, 10]
+      interval: [ratio_lo, ratio_hi]
+      all_of:
+        - {quantity: gap, op: ">", threshold: 0, interval: [gap_lo, spread.gap_hi]}
+    min_units: {quantity: n_prompts, at_least: 8, units: prompts, why: "the interval's width"}
+"""
+
+
+@pytest.fixture
+def interval_claim(demo_root):
+    path = demo_root / "papers" / "demo" / "claims.yaml"
+    path.write_text(path.read_text() + INTERVAL_CLAIM)
+
+
+def _ratio(ratio_lo, ratio_hi, gap_lo=0.1, gap_hi=0.3, n=8):
+    return claims.Measurement("demo/ratio", {"ratio": (ratio_lo + ratio_hi) / 2, "ratio_lo": ratio_lo, "ratio_hi": ratio_hi,
+                                              "gap": 0.2, "gap_lo": gap_lo, "n_prompts": n},
+                              evidence={"spread": {"gap_hi": gap_hi}})
+
+
+@pytest.mark.parametrize("lo, hi, status, straddles", [
+    (2.0, 10.0, "holds", None),             # inclusive ends, as the point test
+    (3.0, 9.0, "holds", None),
+    (1.5, 6.0, "inconclusive", "2"),        # the point (3.75) lies inside, the interval does not
+    (8.0, 12.0, "inconclusive", "10"),
+    (1.0, 12.0, "inconclusive", "2 and 10"),
+    (10.5, 14.0, "does not hold", None),    # wholly above
+    (0.5, 1.9, "does not hold", None),      # wholly below
+])
+def test_the_interval_decides_a_between_check(run_dir, interval_claim, lo, hi, status, straddles):
+    v = claims.conclude(_ratio(lo, hi), profile="cpu")
+    assert v.status == status
+    if straddles:
+        assert f"the interval of ratio straddles {straddles}" in v.reason
+    else:
+        assert "straddles" not in v.reason
+
+
+@pytest.mark.parametrize("gap_lo, gap_hi, status", [
+    (0.1, 0.3, "holds"), (-0.1, 0.3, "inconclusive"), (-0.3, 0.0, "does not hold"), (0.0, 0.2, "inconclusive"),
+])
+def test_the_interval_decides_a_one_sided_condition(run_dir, interval_claim, gap_lo, gap_hi, status):
+    # gap > 0 with the interval's high end read from the evidence by a dotted name
+    assert claims.conclude(_ratio(3, 9, gap_lo, gap_hi), profile="cpu").status == status
+
+
+def test_a_definite_failure_outweighs_a_straddle(run_dir, interval_claim):
+    v = claims.conclude(_ratio(1.5, 6.0, -0.3, -0.1), profile="cpu")
+    assert v.status == "does not hold"
+
+
+def test_min_units_is_a_named_precondition(run_dir, interval_claim):
+    v = claims.conclude(_ratio(3, 9, n=7), profile="cpu")
+    assert v.status == "inconclusive" and [p.id for p in v.failed_preconditions] == ["min-units"]
+    assert "the result rests on at least 8 prompts (the interval's width)" in v.reason
+    assert claims.conclude(_ratio(3, 9, n=8), profile="cpu").status == "holds"
+
+
+def test_interval_ends_must_be_recorded_and_ordered(run_dir, interval_claim):
+    m = _ratio(3, 9)
+    del m.values["ratio_hi"]
+    with pytest.raises(ValueError, match=r"demo/ratio: the Measurement lacks the interval end 'ratio_hi'"):
+        claims.conclude(m, profile="cpu")
+    with pytest.raises(ValueError, match=r"low end above its high end"):
+        claims.conclude(_ratio(9, 3), profile="cpu")
+    assert not (run_dir / "results" / "demo" / "ratio.cpu.json").exists()

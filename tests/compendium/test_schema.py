@@ -32,7 +32,7 @@ def test_check_preconditions_history_are_loaded(demo_root):
     assert c.check == claims.Check(
         quantity="gain", op=">=", threshold=5.0,
         all_of=(claims.Condition("ci_low", ">", 0),), assert_at=("cpu",), expect="holds",
-        measured_only_at=("paper",), registered="2026-11-30")
+        measured_only_at=("paper",), registered="abc1234")
     assert c.preconditions == (claims.Condition("context_effect", ">=", 0.1, id="uses-context",
                                                 statement="the output depends on context beyond the last token"),)
     assert c.history == ("2026-11-30: check pre-registered",)

@@ -1,0 +1,128 @@
+"""The tables derive every verdict from the recorded values and the registered check: a verdict
+written in a results file is never read, a NaN or infinity is refused naming the file, and a
+result measured for another version of the check is not judged."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from compendium import claims, judge, tables
+
+GOOD = {"gain": 7.5, "ci_low": 0.4, "context_effect": 0.3}
+
+
+@pytest.fixture
+def published(run_dir, demo_root):
+    """A genuine result of demo/gain (holds), placed among the published results; returns its path."""
+    claims.conclude(claims.Measurement("demo/gain", dict(GOOD)), profile="cpu", seed=0)
+    results = demo_root / "papers" / "demo" / "results"
+    results.mkdir(parents=True)
+    path = results / "gain.cpu.json"
+    path.write_text((run_dir / "results" / "demo" / "gain.cpu.json").read_text())
+    return path
+
+
+def _edit(path, **changes):
+    entry = json.loads(path.read_text())
+    for key, value in changes.items():
+        if "." in key:
+            outer, inner = key.split(".")
+            entry[outer][inner] = value
+        else:
+            entry[key] = value
+    path.write_text(json.dumps(entry))
+
+
+def _row(claim_id="gain"):
+    return next(l for l in claims.build_table("demo").splitlines() if l.startswith(f"| {claim_id} "))
+
+
+def test_a_genuine_result_shows_its_derived_verdict(published):
+    row = _row()
+    assert "**holds**" in row and "| 7.5 % (no interval) |" in row
+
+
+def test_a_tampered_verdict_is_not_read(published):
+    _edit(published, verdict="does not hold", reason="edited by hand")
+    assert "**holds**" in _row() and "edited by hand" not in claims.build_table("demo")
+    _edit(published, **{"values.ci_low": -0.1})       # the values decide, whatever the file says
+    _edit(published, verdict="holds")
+    assert "**does not hold**" in _row()
+
+
+def test_a_tampered_value_gives_its_own_verdict(published):
+    _edit(published, **{"values.gain": 1.0})          # the file still says "holds" and value 7.5
+    row = _row()
+    assert "**does not hold**" in row and "| 1 % (no interval) |" in row and "7.5" not in row
+    _edit(published, **{"values.gain": 7.5, "values.context_effect": 0.01})
+    assert "**inconclusive**: failed `uses-context`" in _row()
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_non_finite_value_is_refused_naming_the_file(published, number):
+    text = published.read_text().replace('"gain": 7.5', f'"gain": {number}')
+    assert number in text
+    published.write_text(text)
+    with pytest.raises(tables.ResultsFileError, match=r"papers/demo/results/gain.cpu.json: .*(NaN|Infinity|not finite)"):
+        claims.build_table("demo")
+
+
+def test_a_non_finite_evidence_number_is_refused_too(published):
+    _edit(published, evidence={"spread": [1.0, 2.0]})
+    published.write_text(published.read_text().replace("2.0]", "1e999]"))  # a number JSON reads as infinity
+    with pytest.raises(tables.ResultsFileError, match=r"gain.cpu.json: evidence.spread\[1\] is not finite"):
+        claims.build_table("demo")
+
+
+def test_a_value_of_the_wrong_type_is_refused_naming_the_file(published):
+    _edit(published, **{"values.gain": "big"})
+    with pytest.raises(tables.ResultsFileError, match=r"gain.cpu.json: demo/gain: value 'gain' = 'big' must be a number"):
+        claims.build_table("demo")
+
+
+def test_a_stale_check_hash_is_not_judged(published):
+    _edit(published, check_sha256="0" * 64)
+    row = _row()
+    assert "**not judged (recorded under an earlier check)**" in row and "**holds**" not in row
+
+
+def test_a_changed_threshold_makes_earlier_results_stale(published, demo_root):
+    path = demo_root / "papers" / "demo" / "claims.yaml"
+    path.write_text(path.read_text().replace("threshold: 5.0", "threshold: 6.0", 1))
+    assert "**not judged (recorded under an earlier check)**" in _row()
+
+
+def test_results_without_a_hash_are_matched_by_the_check_they_recorded(published):
+    entry = json.loads(published.read_text())
+    del entry["check_sha256"]                          # as results written before the hash was kept
+    published.write_text(json.dumps(entry))
+    assert "**holds**" in _row()
+    entry["registered_check"]["threshold"] = 4.0       # recorded under another threshold
+    published.write_text(json.dumps(entry))
+    assert "**not judged (recorded under an earlier check)**" in _row()
+
+
+def test_how_a_check_is_judged_is_not_part_of_its_hash(demo_root):
+    base = claims.get_claim("demo/gain")
+    path = demo_root / "papers" / "demo" / "claims.yaml"
+    path.write_text(path.read_text().replace('registered: "abc1234"', 'registered: "def5678"\n      interval: [lo, hi]'))
+    changed = claims.get_claim("demo/gain")
+    assert changed.check.interval == ("lo", "hi") and judge.check_sha256(changed) == judge.check_sha256(base)
+
+
+def test_the_published_results_are_judged_by_the_registered_checks():
+    """Every published result of the real papers derives a verdict; one that recorded no values
+    (judged by its notebook's own test) is not judged."""
+    root = os.environ.pop("COMPENDIUM_ROOT", None)
+    try:
+        for paper in claims.paper_ids():
+            for claim_id, by_profile in tables.read_results(paper).items():
+                for profile, entry in by_profile.items():
+                    assert entry["verdict"] in (*claims.VERDICTS, f"{claims.NOT_JUDGED} ({judge.EARLIER_CHECK})")
+                    if "values" not in entry:
+                        assert not entry["judged"], (paper, claim_id, profile)
+    finally:
+        if root is not None:
+            os.environ["COMPENDIUM_ROOT"] = root
