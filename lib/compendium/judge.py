@@ -185,6 +185,22 @@ def check_sha256(claim: Claim) -> str:
     })
 
 
+def raw_check_sha256(item: dict) -> str:
+    """:func:`check_sha256` of a claim as written in a claims.yaml (a mapping), of any version:
+    for checking, against the repository's history, which commit registered a check."""
+    def definition(c: dict, pre: bool = False) -> dict:
+        t = c["threshold"]
+        out = {"quantity": c["quantity"], "op": c["op"], "threshold": list(t) if isinstance(t, (list, tuple)) else t}
+        return {"id": c["id"], **out} if pre else out
+
+    c = item.get("check")
+    return _sha256({
+        "check": None if c is None else [definition(c), *(definition(x) for x in c.get("all_of") or [])],
+        "measured_only_at": [] if c is None else sorted(c.get("measured_only_at") or []),
+        "preconditions": [definition(p, True) for p in item.get("preconditions") or []],
+    })
+
+
 def recorded_check_sha256(entry: dict) -> str | None:
     """The hash of the check ``entry`` was recorded under: its ``check_sha256``, else computed from
     the check and preconditions it recorded (results written before the hash was kept); None for a
