@@ -49,3 +49,17 @@ def test_bad_samples(bad):
 def test_bad_level():
     with pytest.raises(ValueError, match="level"):
         stats.bootstrap_mean_ci([1.0, 2.0], level=1.5)
+
+
+def test_paired_statistic_ci_resamples_units_together():
+    rng = np.random.default_rng(2)
+    a = rng.uniform(1, 2, size=30)
+    b = 3 * a
+    # the units move together: the ratio of means is exactly 3 in every resample
+    assert stats.bootstrap_paired_ci(lambda x, y: y.mean(1) / x.mean(1), a, b) == pytest.approx((3, 3), rel=1e-12)
+    idx = np.random.default_rng(5).integers(0, 30, size=(300, 30))
+    want = np.quantile(a[idx].mean(1), [0.025, 0.975])
+    assert stats.bootstrap_paired_ci(lambda x: x.mean(1), a, n_boot=300, seed=5) == pytest.approx(tuple(want), rel=1e-12)
+    assert stats.bootstrap_paired_ci(lambda x: x.mean(1), a, n_boot=300, seed=5) == stats.bootstrap_mean_ci(a, n_boot=300, seed=5)
+    with pytest.raises(ValueError, match="one length"):
+        stats.bootstrap_paired_ci(lambda x, y: x.mean(1), a, b[:-1])
