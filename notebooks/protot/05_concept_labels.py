@@ -14,9 +14,9 @@
 # Concentration alone is not a concept: an untrained ProtoT with sharp gates also routes each token
 # type to few prototypes. So the null is **untrained ProtoTs of the same config whose write and read
 # temperatures are set** (a deterministic 1-D search) **so that their mean gate entropies match the
-# trained model's** (gates as sharp, routing not learned), at least three seeds. The check, written
-# in `claims.yaml` before measuring: the trained model's mean coherence exceeds the largest of the
-# null models'. At the `cpu` profile the model is the committed cpu-small ProtoT (the paper's small
+# trained model's** (gates as sharp, routing not learned), at least three seeds. The check, registered
+# in `claims.yaml` after a first measurement (its `history` gives the earlier check and verdicts): the
+# trained model's mean coherence exceeds the largest of the null models'. At the `cpu` profile the model is the committed cpu-small ProtoT (the paper's small
 # backbone, 6 layers x 256, trained on 12 M tokens of our corpus; see the model line below): far
 # smaller and shorter-trained than the paper's large model, so its layer and prototype numbers cannot
 # match the paper's (there is no L7 or L10 here).

@@ -117,8 +117,9 @@ plt.show()
 
 # %% [markdown]
 # ## Verdicts
-# `conclude` records each measurement in this run's folder, then applies the check written in
-# `claims.yaml` before measuring: the ablation claim needs a drop of at least 5% with its interval
+# `conclude` records each measurement in this run's folder, then applies the check registered in
+# `claims.yaml` (after a first measurement; its `history` gives the earlier checks and verdicts): the
+# ablation claim needs a drop of at least 5% with its interval
 # above 0, larger than the drop of p(" men"), p(" he"), p(" she") and than any same-layer control;
 # the perplexity claim holds only as a pair (perplexity moves less than 1% *and* the selected mask
 # lowers p(" women") more than the 95th percentile of random masks), with the edit's own effect as a
