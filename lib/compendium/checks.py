@@ -45,7 +45,9 @@ _MIN_UNITS_KEYS = {"quantity", "at_least", "units", "why"}
 REGISTERED_AFTER = ("a first measurement",)
 _COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 _CLAIM_KEYS = {"id", "statement", "where", "paper_value", "unit", "source", "notebook", "note",
-               "check", "preconditions", "min_units", "history"}
+               "check", "preconditions", "min_units", "protocol", "history"}
+#: the key of a protocol's settings shared by every profile
+PROTOCOL_ALL = "all"
 
 
 class ClaimsFileError(ValueError):
@@ -181,6 +183,14 @@ class Claim:
     preconditions: tuple[Condition, ...] = ()
     history: tuple[str, ...] = ()
     min_units: MinUnits | None = None
+    protocol: dict | None = None     # {"all" | profile: {setting: value}}: what is measured, and how
+
+    def protocol_for(self, profile: str) -> dict:
+        """The settings of the measurement at ``profile``: those for every profile, then the profile's own."""
+        if not self.protocol:
+            return {}
+        profiles.check(profile)
+        return {**self.protocol.get(PROTOCOL_ALL, {}), **self.protocol.get(profile, {})}
 
     @property
     def key(self) -> str:
@@ -283,6 +293,28 @@ def _min_units(raw: Any, err) -> MinUnits:
     return MinUnits(str(raw["quantity"]), raw["at_least"], str(raw["units"]), str(raw.get("why") or "").strip())
 
 
+def _protocol(raw: Any, err) -> dict:
+    """``protocol``: {"all" and/or profile names: {setting: a number, string, bool or list of them}}."""
+    allowed = (PROTOCOL_ALL, *profiles.PROFILES)
+    if not isinstance(raw, dict) or not raw:
+        err(f"protocol must be a mapping of {', '.join(allowed)} to settings, got {raw!r}")
+    for key, settings in raw.items():
+        if key not in allowed:
+            err(f"protocol: unknown key {key!r}; allowed: {', '.join(allowed)}")
+        if not isinstance(settings, dict):
+            err(f"protocol.{key} must be a mapping of settings, got {settings!r}")
+        for name, value in settings.items():
+            if not _plain(value):
+                err(f"protocol.{key}.{name}: settings are numbers, strings, true/false or lists of them, got {value!r}")
+    return {k: dict(v) for k, v in raw.items()}
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    return isinstance(value, (str, bool, int, float)) and not (isinstance(value, float) and value != value)
+
+
 def _profile_list(raw: Any, err, name: str) -> tuple[str, ...]:
     if raw is None:
         return ()
@@ -370,6 +402,7 @@ def load_paper(paper: str) -> Paper:
         if len(set(ids)) != len(ids):
             err(f"preconditions: ids must be unique, got {ids}")
         min_units = _min_units(item["min_units"], err) if item.get("min_units") is not None else None
+        protocol = _protocol(item["protocol"], err) if item.get("protocol") is not None else None
         history = item.get("history") or []
         if not isinstance(history, list) or not all(isinstance(h, str) for h in history):
             err(f"history must be a list of dated strings, got {history!r}")
@@ -387,6 +420,7 @@ def load_paper(paper: str) -> Paper:
             preconditions=pre,
             history=tuple(history),
             min_units=min_units,
+            protocol=protocol,
         )
     return Paper(id=paper, title=meta["title"], arxiv=str(meta["arxiv"]), claims=claims)
 

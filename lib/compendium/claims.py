@@ -38,7 +38,9 @@ from compendium.checks import (  # noqa: F401  (the ledger's names, re-exported 
     VERDICTS, Check, Claim, ClaimsFileError, Condition, MinUnits, Paper, _fmt, _is_number, get_claim, load_paper,
     paper_ids,
 )
-from compendium.judge import Outcome, UnjudgeableResult, check_sha256, evaluate, value_of  # noqa: F401
+from compendium.judge import (  # noqa: F401
+    Outcome, UnjudgeableResult, check_sha256, evaluate, protocol_sha256, value_of,
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -127,6 +129,13 @@ class Verdict:
         return f"Verdict({self.claim.key!r}, profile={self.profile!r}, status={self.status!r}, value={self.value!r})"
 
 
+def protocol(key: str, profile: str) -> dict:
+    """The registered settings of claim ``key``'s measurement at ``profile`` (its ``protocol`` in
+    claims.yaml: the settings for every profile, then the profile's own). A notebook reads what it
+    measures from here, so that a result records the protocol it was measured under."""
+    return get_claim(key).protocol_for(profile)
+
+
 def _provenance_fields() -> dict:
     return {"run": runs.current().name, "notebook": runs.notebook_name(), "provenance": provenance.describe()}
 
@@ -187,6 +196,8 @@ def conclude(m: Measurement, *, profile: str, seed: int | None = None) -> Verdic
         "preconditions": [o.as_dict() for o in pre],
         "registered_check": claim.check.as_dict() if claim.check else None,
         "check_sha256": check_sha256(claim),
+        "protocol": claim.protocol_for(profile),
+        "protocol_sha256": protocol_sha256(claim, profile),
         "evidence": evidence,
         "tables": table_names,
         "config": config,

@@ -12,7 +12,11 @@ The rule, for a claim with a check at a profile where it applies:
 3. any condition that fails: *does not hold*; otherwise any undecided: *inconclusive: the
    interval straddles <threshold>*; otherwise *holds*.
 
-A result is judged only against the check it was measured for: :func:`check_sha256` hashes what
+A result is judged only against the check and the protocol it was measured for (a claim's
+``protocol``: the settings of its measurement, which its notebook reads with
+:func:`compendium.claims.protocol`; a result records their hash, ``protocol_sha256``; one recorded
+under another protocol is not judged when the claim's history has a dated line about the
+change since the result, and refused otherwise): :func:`check_sha256` hashes what
 the check and its preconditions test (quantities, comparators, thresholds, and the profiles where
 the check is not applied); a result recorded under another hash, or before checks were recorded
 at all, is *not judged (recorded under an earlier check)*. How the check is judged (intervals,
@@ -23,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -218,6 +223,24 @@ def recorded_check_sha256(entry: dict) -> str | None:
                     "preconditions": pre})
 
 
+def protocol_sha256(claim: Claim, profile: str) -> str | None:
+    """Hash of the claim's registered protocol at ``profile`` (None for a claim without one)."""
+    return None if not claim.protocol else _sha256({"protocol": claim.protocol_for(profile)})
+
+
+_DATED = re.compile(r"^(\d{4}-\d{2}-\d{2})\b")
+
+
+def protocol_change_recorded(claim: Claim, since: str | None) -> bool:
+    """Whether the claim's history has a dated line about its protocol on or after ``since``
+    (YYYY-MM-DD; any dated protocol line when unknown)."""
+    for line in claim.history:
+        m = _DATED.match(line)
+        if m and "protocol" in line.lower() and (since is None or m.group(1) >= since):
+            return True
+    return False
+
+
 def non_finite(value: Any, where: str = "") -> str | None:
     """The path of the first NaN or infinity inside ``value`` (None when every number is finite)."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -267,6 +290,16 @@ def derive(claim: Claim, entry: dict) -> Derived:
     if recorded != check_sha256(claim):
         return Derived(NOT_JUDGED, "Recorded under an earlier version of the check or its preconditions; "
                                    "re-run the notebook to judge it by the registered check.", entry.get("value"))
+    protocol = protocol_sha256(claim, profile)
+    if protocol is not None and entry.get("protocol_sha256") != protocol:
+        since = str((entry.get("provenance") or {}).get("time_utc") or "")[:10] or None
+        if not protocol_change_recorded(claim, since):
+            raise UnjudgeableResult(
+                f"recorded under another protocol than the one {claim.key} registers now, and the claim's history "
+                f"has no dated line about a protocol change since {since or 'the result'}: add one (with the reason) "
+                f"or re-run the notebook")
+        return Derived(NOT_JUDGED, "Recorded under an earlier protocol (the claim's history says what changed); "
+                                   "re-run the notebook to judge it.", entry.get("value"))
     missing = [q for q in claim.quantities if q not in values]
     if missing:
         return Derived(NOT_JUDGED, f"The result lacks {', '.join(map(repr, missing))}, which the registered "

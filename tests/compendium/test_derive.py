@@ -126,3 +126,64 @@ def test_the_published_results_are_judged_by_the_registered_checks():
     finally:
         if root is not None:
             os.environ["COMPENDIUM_ROOT"] = root
+
+
+# --- the protocol is registered with the check ---------------------------------------------------
+PROTOCOL = """\
+  - id: sized
+    statement: The ratio is at least 2.
+    where: "§6"
+    paper_value: null
+    unit: x
+    source: paper
+    notebook: null
+    check: {quantity: ratio, op: ">=", threshold: 2, registered: abc1234}
+    protocol:
+      all: {aggregation: geometric mean, selection: first N prompts}
+      cpu: {n_prompts: 8, model: small}
+      paper: {n_prompts: 64, model: large}
+    history:
+      - "2026-11-30: check registered"
+"""
+
+
+@pytest.fixture
+def sized(run_dir, demo_root):
+    path = demo_root / "papers" / "demo" / "claims.yaml"
+    path.write_text(path.read_text() + PROTOCOL)
+    claims.conclude(claims.Measurement("demo/sized", {"ratio": 3.0}), profile="cpu")
+    results = demo_root / "papers" / "demo" / "results"
+    results.mkdir(parents=True)
+    (results / "sized.cpu.json").write_text((run_dir / "results" / "demo" / "sized.cpu.json").read_text())
+    return path
+
+
+def test_a_notebook_reads_its_settings_from_the_registered_protocol(sized):
+    want = {"aggregation": "geometric mean", "selection": "first N prompts", "n_prompts": 8, "model": "small"}
+    assert claims.protocol("demo/sized", "cpu") == want
+    assert claims.protocol("demo/sized", "paper")["n_prompts"] == 64
+    entry = json.loads((sized.parent / "results" / "sized.cpu.json").read_text())
+    assert entry["protocol"] == want and entry["protocol_sha256"] == judge.protocol_sha256(claims.get_claim("demo/sized"), "cpu")
+    assert "**holds**" in _row("sized")
+
+
+def test_a_protocol_change_without_a_dated_history_line_is_refused(sized):
+    sized.write_text(sized.read_text().replace("n_prompts: 8", "n_prompts: 16"))
+    with pytest.raises(tables.ResultsFileError, match=r"sized.cpu.json: recorded under another protocol than the one "
+                                                      r"demo/sized registers now.*no dated line about a protocol change"):
+        claims.build_table("demo")
+    sized.write_text(sized.read_text().replace(   # a protocol line older than the result does not count
+        '      - "2026-11-30: check registered"\n',
+        '      - "2026-11-30: check registered"\n      - "2000-01-01: protocol registered"\n'))
+    with pytest.raises(tables.ResultsFileError, match="no dated line about a protocol change"):
+        claims.build_table("demo")
+    sized.write_text(sized.read_text().replace(
+        '      - "2000-01-01: protocol registered"\n',
+        '      - "2099-01-01: protocol: 16 prompts at cpu (the interval was too wide)"\n'))
+    row = _row("sized")
+    assert "**not judged (recorded under an earlier check)**" in row and "earlier protocol" in row
+
+
+def test_a_change_of_another_profiles_protocol_leaves_this_result_judged(sized):
+    sized.write_text(sized.read_text().replace("n_prompts: 64", "n_prompts: 128"))
+    assert "**holds**" in _row("sized")
