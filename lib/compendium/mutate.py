@@ -9,11 +9,12 @@ mutmut names modules by their path under ``./``, ``src/`` or ``source/``, so it 
 a copy of ``pyproject.toml`` with ``lib`` read as ``src``); its work is in
 ``build/mutate/mutants/`` (``mutmut browse`` there shows each survivor).
 
-    python -m compendium.mutate [--max-children N]
+    python -m compendium.mutate [--max-children N] [MUTANT_GLOB ...]   (e.g. "compendium.judge.*")
 """
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import subprocess
 import sys
 from collections import Counter
@@ -65,8 +66,7 @@ def summary(results: str) -> tuple[dict[str, Counter], str]:
         name, sep, status = line.strip().rpartition(": ")
         if not sep or "__mutmut_" not in name:
             continue
-        module = name.split(".x", 1)[0].split(".x_", 1)[0]
-        per.setdefault(module.rsplit(".", 1)[0] if "." in module else module, Counter())[status.strip()] += 1
+        per.setdefault(name.split(".x", 1)[0], Counter())[status.strip()] += 1   # compendium.stats.x_f__mutmut_3
     lines = []
     total = Counter()
     for module, counts in sorted(per.items()):
@@ -88,12 +88,15 @@ def _line(name: str, counts: Counter) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m compendium.mutate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--max-children", type=int, default=2, help="mutants run in parallel (default 2)")
+    ap.add_argument("names", nargs="*", help="only these mutants (globs of mutmut's names, e.g. 'compendium.stats.*')")
     args = ap.parse_args(argv)
     install()
     folder = stage()
-    run = _mutmut(folder, "run", "--max-children", str(args.max_children))
+    run = _mutmut(folder, "run", "--max-children", str(args.max_children), *args.names)
     results = _mutmut(folder, "results", "--all", "true")
-    _, text = summary(results.stdout)
+    lines = [line for line in results.stdout.splitlines()
+             if not args.names or any(fnmatch.fnmatch(line.strip().rpartition(": ")[0], n) for n in args.names)]
+    _, text = summary("\n".join(lines))
     print(text)
     print(f"goal: at most {100 * GOAL:.0f}% of mutants survive")
     return run.returncode

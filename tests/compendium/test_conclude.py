@@ -233,3 +233,28 @@ def test_interval_ends_must_be_recorded_and_ordered(run_dir, interval_claim):
     with pytest.raises(ValueError, match=r"low end above its high end"):
         claims.conclude(_ratio(9, 3), profile="cpu")
     assert not (run_dir / "results" / "demo" / "ratio.cpu.json").exists()
+
+
+@pytest.mark.parametrize("op, threshold, interval, text", [
+    (">", 0, (0.0, 0.3), "undecided: the interval straddles 0"),        # an end on the threshold straddles it
+    ("<=", 1, (0.5, 1.5), "undecided: the interval straddles 1"),
+    ("outside", (2, 10), (9.0, 12.0), "undecided: the interval straddles 10"),
+    ("outside", (2, 10), (1.0, 2.0), "undecided: the interval straddles 2"),
+    ("outside", (2, 10), (11.0, 12.0), "yes"),
+    ("outside", (2, 10), (3.0, 9.0), "no"),
+    ("between", (2, 10), (10.0, 12.0), "undecided: the interval straddles 10"),
+])
+def test_how_an_interval_reads(op, threshold, interval, text):
+    from compendium import judge
+
+    c = claims.Condition("q", op, threshold, interval=("lo", "hi"))
+    o = judge._decide(c, sum(interval) / 2, {"lo": interval[0], "hi": interval[1]}, {})
+    assert o.describe().endswith(f": {text})")
+    assert o.as_dict()["interval_values"] == list(interval)
+
+
+def test_min_units_reads_as_a_precondition():
+    plain = claims.MinUnits("n", 8, "prompts").as_precondition()
+    assert plain.statement == "the result rests on at least 8 prompts"
+    assert claims.MinUnits("n", 8, "prompts", "a narrow interval").as_precondition().statement == \
+        "the result rests on at least 8 prompts (a narrow interval)"

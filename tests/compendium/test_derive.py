@@ -187,3 +187,59 @@ def test_a_protocol_change_without_a_dated_history_line_is_refused(sized):
 def test_a_change_of_another_profiles_protocol_leaves_this_result_judged(sized):
     sized.write_text(sized.read_text().replace("n_prompts: 64", "n_prompts: 128"))
     assert "**holds**" in _row("sized")
+
+
+def test_rows_not_judged_say_why_and_keep_the_recorded_value(published):
+    _edit(published, check_sha256="0" * 64, value=7.5)
+    row = _row()
+    assert "| 7.5 % |" in row and "Recorded under an earlier version of the check or its preconditions; re-run the " \
+                                  "notebook to judge it by the registered check." in row
+    entry = json.loads(published.read_text())
+    del entry["values"]
+    published.write_text(json.dumps(entry))
+    assert "Recorded by its notebook's own test before the registered check was applied to results; re-run the " \
+           "notebook to judge it." in _row()
+
+
+def test_recorded_check_hashes():
+    claim = claims.Claim("demo", "x", "s", "w", None, "", "paper", None,
+                         check=claims.Check("q", ">", 1, all_of=(claims.Condition("r", "<", 2),)),
+                         preconditions=(claims.Condition("n", ">=", 3, id="n-min", statement="s"),))
+    pre = [{"id": "n-min", "statement": "s", "quantity": "n", "op": ">=", "threshold": 3, "value": 4, "passed": True}]
+    rc = claim.check.as_dict()
+    assert judge.recorded_check_sha256({"registered_check": rc, "preconditions": pre}) == judge.check_sha256(claim)
+    assert judge.recorded_check_sha256({"registered_check": {**rc, "all_of": []}, "preconditions": pre}) != judge.check_sha256(claim)
+    no_all_of = {k: v for k, v in rc.items() if k != "all_of"}
+    lone = claims.Claim("demo", "x", "s", "w", None, "", "paper", None, check=claims.Check("q", ">", 1),
+                        preconditions=claim.preconditions)
+    assert judge.recorded_check_sha256({"registered_check": no_all_of, "preconditions": pre}) == judge.check_sha256(lone)
+    plain = claims.Claim("demo", "x", "s", "w", None, "", "paper", None, preconditions=claim.preconditions)
+    assert judge.recorded_check_sha256({"registered_check": None, "preconditions": pre}) == judge.check_sha256(plain)
+    assert judge.check_sha256(plain) != judge.check_sha256(claims.Claim("demo", "x", "s", "w", None, "", "paper", None))
+    assert judge.recorded_check_sha256({"registered_check": rc}) is None            # no preconditions recorded
+    assert judge.recorded_check_sha256({"preconditions": pre}) is None               # no check recorded
+    assert judge.recorded_check_sha256({"check_sha256": "ab", "registered_check": rc, "preconditions": pre}) == "ab"
+    mo = claims.Claim("demo", "x", "s", "w", None, "", "paper", None, check=claims.Check("q", ">", 1, measured_only_at=("cpu",)))
+    assert judge.check_sha256(mo) != judge.check_sha256(lone.__class__(**{**lone.__dict__, "preconditions": ()}))
+
+
+def test_an_interval_read_from_the_evidence_decides_the_row(run_dir, demo_root):
+    from test_conclude import INTERVAL_CLAIM, _ratio
+
+    path = demo_root / "papers" / "demo" / "claims.yaml"
+    path.write_text(path.read_text() + INTERVAL_CLAIM)
+    claims.conclude(_ratio(3, 9, gap_lo=-0.1, gap_hi=0.4), profile="cpu")
+    results = demo_root / "papers" / "demo" / "results"
+    results.mkdir(parents=True)
+    (results / "ratio.cpu.json").write_text((run_dir / "results" / "demo" / "ratio.cpu.json").read_text())
+    row = _row("ratio")
+    assert "| 6 x (95% interval 3 to 9) |" in row
+    assert "**inconclusive**: the interval of gap (-0.1 to 0.4) straddles 0" in row
+    entry = json.loads((results / "ratio.cpu.json").read_text())
+    entry["evidence"]["spread"]["gap_hi"] = -0.05       # the whole interval below 0 now
+    (results / "ratio.cpu.json").write_text(json.dumps(entry))
+    assert "**does not hold**" in _row("ratio")
+    del entry["evidence"]["spread"]
+    (results / "ratio.cpu.json").write_text(json.dumps(entry))
+    row = _row("ratio")
+    assert "**not judged (recorded under an earlier check)**: The result lacks the interval end 'spread.gap_hi'" in row
