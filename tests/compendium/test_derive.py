@@ -243,3 +243,23 @@ def test_an_interval_read_from_the_evidence_decides_the_row(run_dir, demo_root):
     (results / "ratio.cpu.json").write_text(json.dumps(entry))
     row = _row("ratio")
     assert "**not judged (recorded under an earlier check)**: The result lacks the interval end 'spread.gap_hi'" in row
+
+
+def test_the_hash_of_a_claim_as_written_equals_the_hash_of_the_loaded_claim(demo_root):
+    import yaml
+
+    raw = yaml.safe_load((demo_root / "papers" / "demo" / "claims.yaml").read_text())["claims"]
+    for item in raw:
+        assert judge.raw_check_sha256(item) == judge.check_sha256(claims.get_claim(f"demo/{item['id']}")), item["id"]
+    gain = next(i for i in raw if i["id"] == "gain")
+    for change in ({"threshold": 6.0}, {"op": ">"}, {"quantity": "g"}, {"measured_only_at": []},
+                   {"all_of": []}, {"all_of": [{"quantity": "ci_low", "op": ">", "threshold": 0.1}]}):
+        assert judge.raw_check_sha256({**gain, "check": {**gain["check"], **change}}) != judge.raw_check_sha256(gain)
+    for change in ({"registered": "def5678"}, {"assert_at": []}, {"interval": ["a", "b"]}):
+        assert judge.raw_check_sha256({**gain, "check": {**gain["check"], **change}}) == judge.raw_check_sha256(gain)
+    moved = {**gain, "preconditions": [{**gain["preconditions"][0], "threshold": 0.2}]}
+    assert judge.raw_check_sha256(moved) != judge.raw_check_sha256(gain)
+    renamed = {**gain, "preconditions": [{**gain["preconditions"][0], "id": "other"}]}
+    assert judge.raw_check_sha256(renamed) != judge.raw_check_sha256(gain)
+    assert judge.raw_check_sha256({**gain, "check": None}) == judge.check_sha256(
+        claims.Claim("demo", "gain", "s", "w", None, "", "paper", None, preconditions=claims.get_claim("demo/gain").preconditions))
