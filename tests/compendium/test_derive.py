@@ -263,3 +263,35 @@ def test_the_hash_of_a_claim_as_written_equals_the_hash_of_the_loaded_claim(demo
     assert judge.raw_check_sha256(renamed) != judge.raw_check_sha256(gain)
     assert judge.raw_check_sha256({**gain, "check": None}) == judge.check_sha256(
         claims.Claim("demo", "gain", "s", "w", None, "", "paper", None, preconditions=claims.get_claim("demo/gain").preconditions))
+
+
+def test_a_result_lacking_a_quantity_of_the_check_is_not_judged(published):
+    entry = json.loads(published.read_text())
+    del entry["values"]["ci_low"]
+    published.write_text(json.dumps(entry))
+    row = _row()
+    assert "**not judged (recorded under an earlier check)**: The result lacks 'ci_low', which the registered check names." in row
+    assert "| 7.5 % |" in row                                   # the value the file recorded, shown as such
+
+
+def test_a_result_judged_by_its_notebook_keeps_its_value(published):
+    entry = json.loads(published.read_text())
+    for key in ("values", "registered_check", "check_sha256"):
+        del entry[key]
+    entry["value"] = 4.25
+    published.write_text(json.dumps(entry))
+    assert "| 4.25 % |" in _row()
+
+
+def test_a_protocol_line_dated_the_day_of_the_result_counts(sized):
+    entry = json.loads((sized.parent / "results" / "sized.cpu.json").read_text())
+    day = entry["provenance"]["time_utc"][:10]
+    sized.write_text(sized.read_text().replace("n_prompts: 8", "n_prompts: 16"))
+    with pytest.raises(tables.ResultsFileError, match=f"no dated line about a protocol change since {day}: add one"):
+        claims.build_table("demo")
+    sized.write_text(sized.read_text().replace(
+        '      - "2026-11-30: check registered"\n',
+        f'      - "2026-11-30: check registered"\n      - "{day}: protocol: 16 prompts at cpu"\n'))
+    row = _row("sized")
+    assert "**not judged (recorded under an earlier check)**: Recorded under an earlier protocol (the claim's history " \
+           "says what changed); re-run the notebook to judge it." in row and "| 3 x |" in row
