@@ -243,14 +243,54 @@ def test_interval_ends_must_be_recorded_and_ordered(run_dir, interval_claim):
     ("outside", (2, 10), (11.0, 12.0), "yes"),
     ("outside", (2, 10), (3.0, 9.0), "no"),
     ("between", (2, 10), (10.0, 12.0), "undecided: the interval straddles 10"),
+    ("outside", (2, 10), (1.0, 12.0), "undecided: the interval straddles 2 and 10"),   # covers the whole range
+    (">=", 5, (5.0, 5.0), "yes"),                                                     # a degenerate interval
 ])
 def test_how_an_interval_reads(op, threshold, interval, text):
     from compendium import judge
 
     c = claims.Condition("q", op, threshold, interval=("lo", "hi"))
-    o = judge._decide(c, sum(interval) / 2, {"lo": interval[0], "hi": interval[1]}, {})
-    assert o.describe().endswith(f": {text})")
-    assert o.as_dict()["interval_values"] == list(interval)
+    mid = sum(interval) / 2
+    o = judge._decide(c, mid, {"lo": interval[0], "hi": interval[1]}, {})
+    want = f"q = {claims._fmt(mid)}, interval [{claims._fmt(interval[0])}, {claims._fmt(interval[1])}]"
+    assert o.describe() == f"{want} (needs {op} {c.threshold_text()}: {text})"
+    d = o.as_dict()
+    assert d["interval_values"] == list(interval) and d["value"] == mid and d["passed"] is (text == "yes")
+    assert d["undecided"] is text.startswith("undecided")
+
+
+def test_a_point_condition_reads_its_value():
+    from compendium import judge
+
+    o = judge._decide(claims.Condition("q", ">=", 5), 5, {}, {})
+    assert o.describe() == "q = 5 (needs >= 5: yes)" and o.as_dict() == {
+        "quantity": "q", "op": ">=", "threshold": 5, "value": 5, "passed": True}
+    assert judge._decide(claims.Condition("q", ">", 5), 5, {}, {}).describe() == "q = 5 (needs > 5: no)"
+
+
+def test_non_finite_values_cannot_be_judged(demo_root):
+    from compendium import judge
+
+    claim = claims.get_claim("demo/gain")
+    with pytest.raises(judge.UnjudgeableResult, match=r"^demo/gain: value 'gain' = nan is not finite$"):
+        judge.evaluate(claim, {**GOOD, "gain": float("nan")}, "cpu")
+    c = claims.Condition("q", ">", 0, interval=("lo", "hi"))
+    with pytest.raises(judge.UnjudgeableResult, match=r"^interval end 'hi' = inf must be a finite number$"):
+        judge._decide(c, 1.0, {"lo": 0.5, "hi": float("inf")}, {})
+    with pytest.raises(judge.UnjudgeableResult, match=r"^interval end 'lo' = 'x' must be a finite number$"):
+        judge._decide(c, 1.0, {"lo": "x", "hi": 2.0}, {})
+    with pytest.raises(judge.UnjudgeableResult, match=r"^interval \[lo, hi\] = \[2.0, 1.0\] has its low end above"):
+        judge._decide(c, 1.0, {"lo": 2.0, "hi": 1.0}, {})
+    assert judge.non_finite(float("nan")) == "value" and judge.non_finite({"a": [1.0, {"b": float("-inf")}]}) == "a[1].b"
+    assert judge.non_finite({"a": [1.0, 2]}) is None
+
+
+def test_the_value_shown_is_the_checks_quantity_or_every_value(demo_root):
+    from compendium import judge
+
+    assert judge.value_of(claims.get_claim("demo/gain"), GOOD) == 7.5
+    assert judge.value_of(claims.get_claim("demo/plain"), {"size": 3}) == 3
+    assert judge.value_of(claims.get_claim("demo/plain"), {"size": 3, "n": 4}) == {"size": 3, "n": 4}
 
 
 def test_min_units_reads_as_a_precondition():
