@@ -98,3 +98,17 @@ def test_unpaired_samples_may_differ_in_length_and_each_is_checked():
         stats.bootstrap_mean_ci([1.0, 2.0], level=1)
     with pytest.raises(ValueError, match=r"^level must lie in \(0, 1\), got 0$"):
         stats.bootstrap_mean_ci([1.0, 2.0], level=0)
+
+
+def test_paired_passes_its_settings_on_and_errors_name_the_function():
+    rng = np.random.default_rng(11)
+    a, b = rng.normal(size=15), rng.normal(size=15)
+    assert stats.paired_bootstrap_ci(b, a, n_boot=300, seed=4, level=0.8) == \
+        stats.bootstrap_mean_ci(b - a, n_boot=300, seed=4, level=0.8)
+    assert stats.paired_bootstrap_ci(b, a, n_boot=300, seed=4, level=0.8) != stats.paired_bootstrap_ci(b, a)
+    with pytest.raises(ValueError, match=r"^bootstrap_mean_ci needs a non-empty 1-D sample, got shape \(0,\)$"):
+        stats.bootstrap_mean_ci([])
+    with pytest.raises(ValueError, match=r"^bootstrap_diff_ci needs a non-empty 1-D sample, got shape \(0,\)$"):
+        stats.bootstrap_diff_ci([], [1.0])
+    with pytest.raises(ValueError, match=r"^paired samples differ in shape: \(2,\) vs \(1,\)$"):
+        stats.paired_bootstrap_ci([1.0, 2.0], [1.0])
