@@ -298,3 +298,38 @@ def test_min_units_reads_as_a_precondition():
     assert plain.statement == "the result rests on at least 8 prompts"
     assert claims.MinUnits("n", 8, "prompts", "a narrow interval").as_precondition().statement == \
         "the result rests on at least 8 prompts (a narrow interval)"
+
+
+@pytest.mark.parametrize("claim_values, message", [
+    ({"ok": 1}, r"^demo/flag: value 'ok' = 1 must be true or false for op 'is'$"),
+    ({"ok": "yes"}, r"^demo/flag: value 'ok' = 'yes' must be true or false for op 'is'$"),
+])
+def test_values_of_the_wrong_type_for_is(demo_root, claim_values, message):
+    from compendium import judge
+
+    with pytest.raises(judge.UnjudgeableResult, match=message):
+        judge.evaluate(claims.get_claim("demo/flag"), claim_values, "cpu")
+
+
+@pytest.mark.parametrize("threshold, value, message", [
+    ("es-pt", 3, r"^demo/eq: value 'x' = 3 cannot be compared with 'es-pt' by '=='$"),
+    (3, "es-pt", r"^demo/eq: value 'x' = 'es-pt' cannot be compared with 3 by '=='$"),
+    (1, True, r"^demo/eq: value 'x' = True cannot be compared with 1 by '=='$"),
+])
+def test_values_of_the_wrong_type_for_equals(threshold, value, message):
+    from compendium import judge
+
+    claim = claims.Claim("demo", "eq", "s", "w", None, "", "paper", None, check=claims.Check("x", "==", threshold))
+    with pytest.raises(judge.UnjudgeableResult, match=message):
+        judge.evaluate(claim, {"x": value}, "cpu")
+    assert judge.evaluate(claim, {"x": threshold}, "cpu")[0] == "holds"
+
+
+def test_reasons_name_every_condition_and_the_registration(demo_root):
+    from compendium import judge
+
+    status, conds, pre, reason = judge.evaluate(claims.get_claim("demo/gain"), GOOD, "cpu")
+    assert reason == ("Check (registered in abc1234 before measuring): gain = 7.5 (needs >= 5: yes); "
+                      "ci_low = 0.4 (needs > 0: yes).")
+    assert [o.value for o in pre] == [0.3]
+    assert judge.evaluate(claims.get_claim("demo/plain"), {"size": 1}, "cpu")[3] == "The claim has no registered check."
