@@ -27,13 +27,15 @@ SEED    ?= 0
 DEVICE  ?= cpu
 NB      ?=
 PYTEST_ARGS ?=
+MUTATE_TIMEOUT ?= 3600
+MUTATE_CHILDREN ?= 2
 
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export PYTHONUNBUFFERED = 1
 
-.PHONY: all test test-determinism setup notebooks notebook sync claims lab book lock bench check-data clean help
+.PHONY: all test test-determinism setup notebooks notebook sync claims lab book lock bench mutate check-data clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -113,6 +115,9 @@ lab: setup  ## open the notebooks in JupyterLab (LAB_ARGS for more options, e.g.
 
 book: setup  ## the offline book (Sphinx): README map, notebooks as last run, claims, figures -> build/book/html/
 	$(PY) -m compendium.book
+
+mutate: setup  ## mutation testing (mutmut) of the ledger and statistics helpers ([tool.mutmut] in pyproject.toml); not part of make test
+	timeout $(MUTATE_TIMEOUT) $(PY) -m compendium.mutate --max-children $(MUTATE_CHILDREN)
 
 bench: setup  ## CPU benchmarks (each prints ratios measured in one run)
 	@for b in benchmarks/bench_*.py; do echo ">> $$b"; $(PY) $$b || exit 1; done

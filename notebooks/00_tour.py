@@ -2,9 +2,10 @@
 # # 00 · A tour of the compendium
 #
 # **Claim (compendium, all papers):** every numbered claim of the two papers is listed in
-# `papers/<paper>/claims.yaml` with the paper's value, its source and a check written down before
-# measuring, mapped to the notebook that checks it (or marked as not yet covered), and the claims
-# tables are built only from what notebooks recorded, with verdicts decided by those checks.
+# `papers/<paper>/claims.yaml` with the paper's value, its source and a registered check (naming the
+# commit that registered it, and saying so where that came after a first measurement), mapped to the
+# notebook that checks it (or marked as not yet covered), and the claims tables are built only from
+# what notebooks recorded, with every verdict derived from the recorded values by those checks.
 #
 # **Checked here:** the claims ledger is complete and consistent (every notebook it names
 # exists and every claim a notebook covers has a pre-registered check); the offline corpus that
@@ -42,8 +43,10 @@ print(f"profile: {nb.profile} ({profiles.PROFILES[nb.profile]}), seed {nb.seed},
 # Each row is one claim. `source` says where the paper's number was read: the full text of the
 # papers could not be read for this compendium, so some numbers come from the authors' summary
 # ("brief"), third-party summaries ("aggregator") or reviews. Those are marked in every table.
-# `check` is the test registered before measuring: a named quantity of the measurement, a
-# comparison and a threshold (plus, for some claims, further conditions that must all pass).
+# `check` is the registered test: a named quantity of the measurement, a comparison and a threshold
+# (plus, for some claims, further conditions that must all pass, and the interval that decides a
+# condition where the measurement records one). `registration` says whether the check came before
+# the claim's first measurement or after it (then its `history` gives the earlier checks and verdicts).
 
 # %%
 rows = []
@@ -52,6 +55,7 @@ for paper in claims.paper_ids():
         rows.append({"paper": paper, "claim": c.id, "where": c.where, "paper value": c.paper_value,
                      "unit": c.unit, "source": c.source, "notebook": c.notebook or "—",
                      "check": c.check.describe() if c.check else "—",
+                     "registration": c.check.registration() if c.check else "—",
                      "measured only at": ", ".join(c.check.measured_only_at) if c.check else "every profile",
                      "preconditions": ", ".join(p.id for p in c.preconditions) or "—"})
 ledger = pd.DataFrame(rows)
@@ -73,18 +77,24 @@ plt.show()
 # ## How a verdict is decided
 # A notebook states what it measured as a `claims.Measurement` (named values, evidence, the tables
 # behind its figures) and hands it to `claims.conclude`, which records it first and then applies the
-# claim's registered check. There are four verdicts:
+# claim's registered check; every time a claims table is built, the verdict is derived again from the
+# recorded values (a verdict written in a results file is never read). There are four verdicts:
 #
 # * **holds** — every power precondition passed and every condition of the check passed;
 # * **does not hold** — the preconditions passed (the measurement could have confirmed the claim),
-#   and a condition of the check failed; the verdict names the condition and the measured value;
-# * **inconclusive** — a power precondition failed: the measurement could not have told whether the
+#   and a condition of the check failed (where the condition has an interval, the whole interval lies
+#   on the wrong side of the threshold); the verdict names the condition and the measured value;
+# * **inconclusive** — an interval straddles a threshold, or a power precondition failed: the
+#   measurement could not have told whether the
 #   claim holds (a model that never learned to use context cannot test a context-dependent claim;
 #   a sweep that stops before the paper's context cannot place a crossover there). The verdict names
 #   the failed precondition, its statement and the measured value;
 # * **measured only** — the claim has no check, or its check does not apply at this profile because
 #   the result is bound to scale or hardware (a perplexity of a tiny CPU model; a CPU throughput
 #   against the paper's GPU claim). The value is recorded and shown, never judged.
+#
+# A table shows **not judged (recorded under an earlier check)** for a result measured for another
+# version of the check (or judged by its notebook before checks were registered).
 #
 # The check, its preconditions and every later change (in `history`, dated, with the reason) live in
 # `claims.yaml`, so a threshold cannot quietly follow the measurement. Below: how the checks of each

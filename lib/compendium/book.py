@@ -248,10 +248,36 @@ def _link_notebook(value: str, names: set[str], prefix: str) -> str:
     return f"[`{value}`]({prefix}notebooks/{value}.ipynb)" if value in names else value
 
 
+HISTORY_HEADING = "## Registration and history"   # the section of CLAIMS.md (compendium.tables)
+
+
+def _split_history(text: str) -> tuple[str, dict[str, tuple[str, list[str]]]]:
+    """CLAIMS.md without its registration-and-history section, and that section per claim:
+    {claim id: (how its check was registered, [history lines: earlier checks and verdicts])}."""
+    start = text.find(f"\n{HISTORY_HEADING}\n")
+    if start < 0:
+        return text, {}
+    end = text.find("\n## ", start + 1)
+    section = text[start + 1:end if end >= 0 else len(text)]
+    rest = text[:start + 1] + (text[end + 1:] if end >= 0 else "")
+    out: dict[str, tuple[str, list[str]]] = {}
+    current = None
+    for line in section.splitlines()[1:]:
+        head = re.match(r"- \*\*([^*]+)\*\*: (.*?)\.?$", line)
+        if head:
+            current = head.group(1)
+            out[current] = (head.group(2), [])
+        elif current and line.startswith("  - "):
+            out[current][1].append(line[4:])
+    return rest, out
+
+
 def claims_page(text: str, names: set[str]) -> str:
     """CLAIMS.md made to fit a page: each table becomes one block per claim (its first column),
     with the values every row shares as a field list and the rest (one row per profile) as a
-    small table; notebook names link to their pages."""
+    small table, then how its check was registered and its history (every earlier check and
+    verdict, dated, with the reason); notebook names link to their pages."""
+    text, history = _split_history(text)
     lines = text.splitlines()
     out: list[str] = []
     i = 0
@@ -264,14 +290,15 @@ def claims_page(text: str, names: set[str]) -> str:
                 cells = _cells(lines[i])
                 rows.append(dict(zip(header, cells + [""] * (len(header) - len(cells)))))
                 i += 1
-            out.extend(_claim_blocks(header, rows, names))
+            out.extend(_claim_blocks(header, rows, names, history))
             continue
         out.append(lines[i])
         i += 1
     return "\n".join(out) + "\n"
 
 
-def _claim_blocks(header: list[str], rows: list[dict], names: set[str]) -> list[str]:
+def _claim_blocks(header: list[str], rows: list[dict], names: set[str],
+                  history: dict[str, tuple[str, list[str]]] | None = None) -> list[str]:
     key, rest = header[0], header[1:]
     text_col = "statement" if "statement" in rest else None
     groups: dict[str, list[dict]] = {}
@@ -290,6 +317,12 @@ def _claim_blocks(header: list[str], rows: list[dict], names: set[str]) -> list[
             out += ["", "| " + " | ".join(varying) + " |", "|" + "---|" * len(varying)]
             for row in group:
                 out.append("| " + " | ".join(_link_notebook(row[c], names, "../") for c in varying) + " |")
+        if history and claim_id in history:
+            registration, lines = history[claim_id]
+            out += ["", f":registration: {registration}"]
+            if lines:
+                out += ["", "History (earlier checks and verdicts, dated, with the reasons):", ""]
+                out += [f"- {line}" for line in lines]
         out.append("")
     return out
 

@@ -30,6 +30,18 @@ def bootstrap_mean_ci(x, n_boot: int = 2000, seed: int = 0, level: float = 0.95)
     return _quantiles(x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(1), level)
 
 
+def bootstrap_paired_ci(statistic, *samples, n_boot: int = 2000, seed: int = 0,
+                        level: float = 0.95) -> tuple[float, float]:
+    """Interval of ``statistic(*resampled)`` over paired samples (the same units drawn for each):
+    ``statistic`` takes arrays of shape (n_boot, n), one per sample, and returns (n_boot,)."""
+    xs = [_sample(x, "bootstrap_paired_ci") for x in samples]
+    if not xs or len({len(x) for x in xs}) != 1:
+        raise ValueError(f"paired samples must have one length, got {[len(x) for x in xs]}")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(xs[0]), size=(n_boot, len(xs[0])))
+    return _quantiles(np.asarray(statistic(*(x[idx] for x in xs)), dtype=np.float64), level)
+
+
 def paired_bootstrap_ci(x, y, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
     """Interval of mean(x - y) over paired samples (the pairs resampled together)."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)

@@ -1,8 +1,12 @@
 """The claims tables (``papers/<paper>/CLAIMS.md``), built only from ``claims.yaml`` and the
 published results in ``papers/<paper>/results/``.
 
-Every table is built in memory first; a malformed results file raises an error naming the file
-and the problem (bad JSON, missing field, unknown claim or profile) before anything is written.
+Every verdict a table shows is derived here, from the recorded values and the check registered
+in ``claims.yaml`` (:func:`compendium.judge.derive`); a verdict written in a results file is never
+read. A result recorded under another check shows *not judged (recorded under an earlier
+check)*. Every table is built in memory first; a malformed results file raises an error naming
+the file and the problem (bad JSON, a NaN or infinity, missing field, unknown claim or profile,
+a value the check cannot judge) before anything is written.
 ``PUBLISHED.json`` beside the results says which notebooks the publishes ran and how they ended,
 so a table marks values whose notebook failed or was not run in the last publish.
 """
@@ -12,26 +16,34 @@ import json
 from pathlib import Path
 from typing import Any
 
-from compendium import atomic, paths, profiles, provenance
+from compendium import atomic, judge, paths, profiles, provenance
 from compendium import claims as _claims
 
 PUBLISHED = "PUBLISHED.json"
-_LEGACY_VERDICT = {True: _claims.HOLDS, False: _claims.DOES_NOT_HOLD, None: _claims.MEASURED_ONLY}
 
 
 class ResultsFileError(ValueError):
     """A recorded result cannot be read; the message names the file and what is wrong."""
 
 
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a number a result may record")
+
+
 def read_entry(path: Path, paper: _claims.Paper) -> dict:
-    """Read and check one results file of ``paper``; return the entry with a ``verdict``."""
+    """Read and check one results file of ``paper``; return the entry with the verdict derived
+    from its values and the registered check (``verdict``, ``reason``, ``conditions``,
+    ``preconditions``, ``failed_preconditions``, ``value`` replaced by what
+    :func:`compendium.judge.derive` finds; ``judged`` False for a result not judged)."""
     shown = paths.display(path)
     try:
-        entry = json.loads(Path(path).read_text(encoding="utf-8"))
+        entry = json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise ResultsFileError(f"{shown}: not valid JSON ({exc})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ResultsFileError(f"{shown}: cannot be read ({exc})") from None
+    except ValueError as exc:  # NaN, Infinity or -Infinity (JSON has no such numbers; Python writes them)
+        raise ResultsFileError(f"{shown}: {exc}") from None
     if not isinstance(entry, dict):
         raise ResultsFileError(f"{shown}: expected a JSON object, got {type(entry).__name__}")
     for key in ("claim", "profile", "value"):
@@ -48,14 +60,19 @@ def read_entry(path: Path, paper: _claims.Paper) -> dict:
     expected_name = f"{claim_id}.{entry['profile']}.json"
     if Path(path).name != expected_name:
         raise ResultsFileError(f"{shown}: records {key} at profile {entry['profile']!r}, so it must be named {expected_name}")
-    if "verdict" in entry:
-        if entry["verdict"] not in _claims.VERDICTS:
-            raise ResultsFileError(f"{shown}: unknown verdict {entry['verdict']!r}; valid: {', '.join(_claims.VERDICTS)}")
-    elif "check" in entry and (entry["check"] is None or isinstance(entry["check"], bool)):
-        entry = {**entry, "verdict": _LEGACY_VERDICT[entry["check"]]}  # files written before verdicts existed
-    else:
-        raise ResultsFileError(f"{shown}: missing \"verdict\"")
-    return entry
+    bad = judge.non_finite({k: entry.get(k) for k in ("value", "values", "evidence")})
+    if bad:
+        raise ResultsFileError(f"{shown}: {bad} is not finite (NaN or infinity); a result records finite numbers only")
+    if "values" in entry and not isinstance(entry["values"], dict):
+        raise ResultsFileError(f"{shown}: \"values\" must be a mapping of named quantities")
+    try:
+        derived = judge.derive(paper.claims[claim_id], entry)
+    except judge.UnjudgeableResult as exc:
+        raise ResultsFileError(f"{shown}: {exc}") from None
+    return {**entry, "judged": derived.status != _claims.NOT_JUDGED, "verdict": derived.text, "reason": derived.reason, "value": derived.value,
+            "conditions": [o.as_dict() for o in derived.conditions],
+            "preconditions": [o.as_dict() for o in derived.preconditions],
+            "failed_preconditions": [o.as_dict() for o in derived.failed_preconditions]}
 
 
 def result_files(paper: str, folder: Path | None = None) -> dict[str, Path]:
@@ -117,6 +134,7 @@ def _verdict_cell(entry: dict | None, marks: list[str]) -> str:
     else:
         text = f"**{entry['verdict']}**"
         failed = entry.get("failed_preconditions") or []
+        undecided = [c for c in entry.get("conditions") or [] if c.get("undecided")]
         if failed:
             # an inconclusive verdict names what failed; a measured-only one (check not applied at
             # this profile) still says which preconditions its measurement did not meet
@@ -124,7 +142,39 @@ def _verdict_cell(entry: dict | None, marks: list[str]) -> str:
             text += lead + "; ".join(
                 f"`{f.get('id')}` ({f.get('statement', '')}; {f.get('quantity')} = {_claims._fmt(f.get('value'))})"
                 for f in failed)
+        elif undecided and entry["verdict"] == _claims.INCONCLUSIVE:
+            text += ": " + "; ".join(
+                f"the interval of {c['quantity']} ({_interval_text(c['interval_values'])}) straddles "
+                f"{_straddled(c)}" for c in undecided)
+        elif not entry.get("judged", True):
+            text += f": {entry.get('reason', '')}"
     return "<br>".join([text, *marks])
+
+
+def _interval_text(interval) -> str:
+    return f"{_claims._fmt(interval[0])} to {_claims._fmt(interval[1])}"
+
+
+def _straddled(c: dict) -> str:
+    lo, hi = c["interval_values"]
+    t = c["threshold"]
+    ends = t if isinstance(t, list) else [t]
+    return " and ".join(_claims._fmt(x) for x in ends if lo <= x <= hi)
+
+
+def _ours(claim: _claims.Claim, entry: dict | None) -> str:
+    """The measured value, with the interval of the check's main quantity where it has one."""
+    if entry is None:
+        return "—"
+    text = _claims._fmt(entry["value"], entry.get("unit") or "")
+    if not entry.get("judged", True) or claim.check is None:
+        return text
+    main = (entry.get("conditions") or [{}])[0]
+    if main.get("interval_values"):
+        return f"{text} (95% interval {_interval_text(main['interval_values'])})"
+    if entry["verdict"] in (_claims.HOLDS, _claims.DOES_NOT_HOLD, _claims.INCONCLUSIVE):
+        return f"{text} (no interval)"
+    return text
 
 
 def table_rows(paper: str, results: dict[str, dict[str, dict]] | None = None,
@@ -139,19 +189,19 @@ def table_rows(paper: str, results: dict[str, dict[str, dict]] | None = None,
         for entry in shown:
             profile = entry["profile"] if entry else None
             check = claim.check.describe() if claim.check else "— (no check)"
+            if claim.check:
+                check += f" ({claim.check.registration()})"
             if claim.check and profile in claim.check.measured_only_at:
                 check += f" (not applied at {profile})"
-            if entry and claim.check and entry.get("registered_check") is None:
-                check += " (⚠ not applied: this value was judged by its notebook, not by the check)"
-            elif entry and claim.check and entry["registered_check"] != claim.check.as_dict():
-                check += " (⚠ recorded under an earlier check)"
+            if claim.min_units is not None:
+                check += f"; judged on at least {claim.min_units.at_least} {claim.min_units.units}"
             rows.append({
                 "id": claim.id,
                 "statement": claim.statement,
                 "where": claim.where,
                 "paper": _claims._fmt(claim.paper_value, claim.unit)
                 + ("" if claim.source == "paper" else f" ({claim.source})"),
-                "ours": "—" if entry is None else _claims._fmt(entry["value"], entry.get("unit") or ""),
+                "ours": _ours(claim, entry),
                 "profile": "—" if entry is None else entry["profile"],
                 "check": check,
                 "verdict": _verdict_cell(entry, _marks(claim, profile, entry, published)),
@@ -163,14 +213,24 @@ def table_rows(paper: str, results: dict[str, dict[str, dict]] | None = None,
 
 
 LEGEND = """\
-Verdicts, decided by the check written in `claims.yaml` before measuring (never by hand):
-- **holds**: the preconditions and every condition of the check passed at the profile shown;
-- **does not hold**: the preconditions passed and a condition of the check failed;
-- **inconclusive**: a power precondition failed (named, with its statement and value), so the
-  measurement could not test the claim;
+Verdicts are derived when this table is built, from the recorded values and the check registered
+in `claims.yaml` (never by hand, and never read from a results file). The check column says
+when each check was registered: "before measuring" (the commit named precedes the claim's first
+result) or "after a first measurement; see history" (the claim's history in `claims.yaml`
+gives the earlier checks, with each verdict and the reason for the change).
+- **holds**: the preconditions and every condition of the check passed at the profile shown; a
+  condition with an interval passes only when the whole 95% interval lies on the claim's side;
+- **does not hold**: the preconditions passed and a condition of the check failed (its whole
+  interval on the other side, where it has one);
+- **inconclusive**: a power precondition failed (named, with its statement and value), or an
+  interval straddles a threshold, so the measurement could not decide the claim;
 - **measured only**: the claim has no check, or its result is bound to scale or hardware at this
   profile; the value is recorded and shown, not judged;
+- **not judged (recorded under an earlier check)**: the result was measured for another version of
+  the check (or judged by its notebook before checks were registered); re-running the notebook
+  judges it;
 - *not run*: nothing has measured the claim yet.
+"(no interval)" marks a judged value that carries no interval: its verdict rests on the point value.
 ⚠ marks a value whose notebook failed or was not run in the last publish: the value shown is
 from the earlier run named. The revision is the commit that produced the value; `+dirty` means
 the code had uncommitted changes (the result file keeps a `diff_sha256` of them)."""
@@ -217,7 +277,20 @@ def build_table(paper: str, results: dict[str, dict[str, dict]] | None = None,
                 notes.append(f"- **{claim.id}** (`{prof}`, run {e.get('run', '—')}): {text}")
     if notes:
         lines += ["", "## Notes", "", *notes]
+    lines += ["", "## Registration and history", "",
+              "Each check's registration and every dated change to it, with the earlier verdicts and the",
+              "reasons (from `claims.yaml`).", ""]
+    for claim in p.claims.values():
+        lines += history_lines(claim)
     return "\n".join(lines) + "\n"
+
+
+def history_lines(claim: _claims.Claim) -> list[str]:
+    """A claim's registration and history as markdown list items (CLAIMS.md and the book)."""
+    head = claim.check.registration() if claim.check else "no check"
+    out = [f"- **{claim.id}**: {head}."]
+    out += [f"  - {_cell(h)}" for h in claim.history]
+    return out
 
 
 def write_tables(tables: dict[str, str] | None = None) -> list[Path]:

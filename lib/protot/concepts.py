@@ -233,13 +233,11 @@ def token_table(stats: GateStats, gate: str = "write", token_ids: np.ndarray | N
 
 def bootstrap_change(p0: np.ndarray, p1: np.ndarray, n_boot: int = 2000, seed: int = 0,
                      level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval (over contexts) of 100 (mean p1 / mean p0 - 1)."""
-    p0, p1 = np.asarray(p0, float), np.asarray(p1, float)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(p0), size=(n_boot, len(p0)))
-    ch = 100.0 * (p1[idx].mean(1) / p0[idx].mean(1) - 1.0)
-    lo, hi = np.quantile(ch, [(1 - level) / 2, 1 - (1 - level) / 2])
-    return float(lo), float(hi)
+    """Percentile bootstrap interval (over contexts, paired) of 100 (mean p1 / mean p0 - 1)."""
+    from compendium.stats import bootstrap_paired_ci
+
+    return bootstrap_paired_ci(lambda a, b: 100.0 * (b.mean(1) / a.mean(1) - 1.0), p0, p1,
+                               n_boot=n_boot, seed=seed, level=level)
 
 
 

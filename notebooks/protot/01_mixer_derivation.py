@@ -12,7 +12,7 @@
 # (the paper's small setting: 6 layers, hidden 256, random weights; speed does not depend on them).
 # At `cpu` the lengths are modest (up to 8k tokens for decoding, 64k for the mixer alone); `paper` goes
 # further. Each claim ends with its measurement and the verdict of the check that `claims.yaml`
-# registered for it before measuring.
+# registers for it (registered after a first measurement; its `history` says what was measured first).
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
@@ -355,8 +355,8 @@ decode_constant
 
 # %% [markdown]
 # ## 9. The three verdicts
-# Each check was registered in `papers/protot/claims.yaml` before measuring (its `history` says what it
-# replaced and why). `conclude` recorded each measurement in this run's folder first, then asserted the
+# Each check is registered in `papers/protot/claims.yaml`, after a first measurement of the claim (its
+# `history` says what it replaced, the earlier verdicts, and why). `conclude` recorded each measurement in this run's folder first, then asserted the
 # verdict at the profiles the check names.
 
 # %%

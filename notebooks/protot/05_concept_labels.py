@@ -18,7 +18,7 @@
 # families**, each with its write and read temperatures set so its gates are as sharp as the trained
 # model's: untrained ProtoTs of the same config; the trained model with its prototype vectors
 # re-drawn; and with its prototype vectors and read-routing projections re-drawn. The check, written
-# in `claims.yaml` before measuring: against every family, the 95% bootstrap interval (over alive
+# in `claims.yaml` before this measurement (its `history` gives the earlier checks and verdicts): against every family, the 95% bootstrap interval (over alive
 # prototypes) of the trained model's mean coherence minus the family's lies above 0. The model is a
 # parameter (`MODEL`); at the `cpu` profile the committed cpu-small ProtoT (6 layers x 256, 12 M
 # tokens of our corpus; see the model line below): far smaller and shorter-trained than the paper's

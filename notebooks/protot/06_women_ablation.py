@@ -151,7 +151,7 @@ plt.show()
 # %% [markdown]
 # ## Verdicts
 # `conclude` records each measurement in this run's folder, then applies the check written in
-# `claims.yaml` before measuring. women-prototype-ablation: the label must earn "female"
+# `claims.yaml` before this measurement (its `history` gives the earlier checks and verdicts). women-prototype-ablation: the label must earn "female"
 # (precondition), and the mask must lower p(" women") by at least 5% with its interval above 0,
 # with the topical stratum's interval above 0, more than for human groups and gender-free
 # coordination continuations, and more than any alive same-layer control. women-ablation-ppl: the

@@ -246,7 +246,9 @@ def test_unsupported_architecture_is_refused():
 
 def test_norm_matched_random_removes_the_signals_norm(llama):
     """'random_matched': the same directions as 'random', the removal rescaled to the signal's |dx~|;
-    the model sees the rescaled delta (metric equals a custom run with the scaled delta)."""
+    the model sees the rescaled delta: the firing's attention weight after the removal is that of a
+    run with the scaled delta, and not that of the unscaled one (on this firing the task metric does
+    not move under any of these removals, so the attention weight is what tells them apart)."""
     tracer, ids, iv = llama
     f = _firing(iv, 2, 1, 9)
     spec = SignalSpec(f.layer, f.head, f.dest, f.src, "d", KIND_MLP, 1, -1, -1, 9, (0, 4))
@@ -258,6 +260,11 @@ def test_norm_matched_random_removes_the_signals_norm(llama):
     scale = matched.extra["norm_scale"]
     assert scale == pytest.approx(sig.removed_norm_ratio / raw.removed_norm_ratio, rel=1e-9)
     out, _ = iv.apply(spec, iv.head_delta(spec, raw.sing_removed) * scale)
+    unscaled, _ = iv.apply(spec, iv.head_delta(spec, raw.sing_removed))
+    L, a, d, s = spec.layer, spec.head, spec.dest, spec.src
+    assert matched.attn_after == pytest.approx(float(out.attn[L, a, d, s]), abs=1e-12)
+    assert abs(float(unscaled.attn[L, a, d, s]) - float(out.attn[L, a, d, s])) > 1e-3  # the scale is visible here
+    assert abs(matched.attn_after - matched.attn_before) > 1e-3                         # and the removal acts
     assert matched.metric_after == pytest.approx(out.metric, abs=1e-12)
     assert raw.extra["norm_scale"] == 1.0 and sig.extra["norm_scale"] == 1.0
     with pytest.raises(ValueError, match="needs a seed"):

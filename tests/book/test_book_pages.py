@@ -38,6 +38,22 @@ def test_claims_page_gives_each_claim_a_block_with_shared_fields_and_a_row_per_p
     assert page.startswith("# Claims: a paper\n\nIntro text.") and "After the table." in page
 
 
+def test_each_claims_block_carries_its_registration_and_history():
+    text = TABLE + ("\n## Registration and history\n\nIntro.\n\n"
+                    "- **alpha**: registered in abc1234 after a first measurement; see history.\n"
+                    "  - 2026-11-30: check registered; earlier verdict: holds by the notebook's own test.\n"
+                    "  - 2026-12-01: threshold unchanged.\n"
+                    "- **beta**: registered in abc1234 before measuring.\n")
+    page = book.claims_page(text, set())
+    assert "## Registration and history" not in page
+    alpha = page[page.index("## alpha"):page.index("## beta")]
+    assert ":registration: registered in abc1234 after a first measurement; see history" in alpha
+    assert "- 2026-11-30: check registered; earlier verdict: holds by the notebook's own test." in alpha
+    assert alpha.index(":registration:") < alpha.index("- 2026-12-01: threshold unchanged.")
+    beta = page[page.index("## beta"):]
+    assert ":registration: registered in abc1234 before measuring" in beta and "History" not in beta
+
+
 def test_scrub_removes_the_repository_home_and_temp_paths(monkeypatch, tmp_path):
     root = str(book.paths.repo_root())
     text = f"{root}/lib/x.py:3: warning; {Path.home()}/.cache/y; cwd {root}"

@@ -26,7 +26,7 @@ DEMO_CLAIMS = textwrap.dedent("""\
             - {quantity: ci_low, op: ">", threshold: 0}
           assert_at: [cpu]
           measured_only_at: [paper]
-          registered: "2026-11-30"
+          registered: "abc1234"
         preconditions:
           - id: uses-context
             statement: the output depends on context beyond the last token

@@ -141,7 +141,7 @@ def test_inconclusive_row_names_the_failed_precondition(run_dir, demo_root):
     (json.dumps({"claim": "demo/gain", "value": 1, "verdict": "holds"}), 'missing "profile"'),
     (json.dumps({"claim": "demo/ghost", "profile": "cpu", "value": 1, "verdict": "holds"}),
      "records claim 'demo/ghost', which papers/demo/claims.yaml does not define"),
-    (json.dumps({"claim": "demo/gain", "profile": "cpu", "value": 1, "verdict": "maybe"}), "unknown verdict 'maybe'"),
+    ('{"claim": "demo/gain", "profile": "cpu", "value": 1, "values": {"gain": NaN}}', "NaN is not a number"),
 ])
 def test_a_malformed_result_is_named_and_nothing_is_half_written(run_dir, demo_root, monkeypatch, content, problem):
     # a first, good publish
@@ -171,24 +171,17 @@ def test_a_corrupt_published_file_stops_make_claims_before_any_table_is_written(
     assert not (demo_root / "papers" / "demo" / "CLAIMS.md").exists()
 
 
-def test_legacy_results_still_render(demo_root):
-    results = demo_root / "papers" / "demo" / "results"
-    results.mkdir(parents=True)
-    (results / "plain.cpu.json").write_text(json.dumps({
-        "claim": "demo/plain", "profile": "cpu", "value": 3, "unit": "", "check": None,
-        "provenance": {"git_revision": "0123456789abcdef0123+dirty"}}))
-    row = next(l for l in claims.build_table("demo").splitlines() if l.startswith("| plain "))
-    assert "**measured only**" in row and "| 0123456789+dirty |" in row
-
-
-def test_a_value_judged_without_the_check_says_so(demo_root):
+def test_a_result_judged_by_its_notebook_is_not_judged(demo_root):
+    # files written before checks were recorded ("check": true/false/null, no values) are never
+    # mapped to a verdict: the table shows them as not judged, with their value and revision
     results = demo_root / "papers" / "demo" / "results"
     results.mkdir(parents=True)
     (results / "gain.cpu.json").write_text(json.dumps({
         "claim": "demo/gain", "profile": "cpu", "value": 3, "unit": "%", "check": True,
-        "provenance": {"git_revision": "0123456789abcdef0123"}}))
+        "provenance": {"git_revision": "0123456789abcdef0123+dirty"}}))
     row = next(l for l in claims.build_table("demo").splitlines() if l.startswith("| gain "))
-    assert "**holds**" in row and "⚠ not applied: this value was judged by its notebook" in row
+    assert "**not judged (recorded under an earlier check)**" in row and "**holds**" not in row
+    assert "| 3 % |" in row and "| 0123456789+dirty |" in row
 
 
 def test_cli_publish_of_an_existing_run_folder(run_dir, demo_root, capsys):

@@ -49,3 +49,66 @@ def test_bad_samples(bad):
 def test_bad_level():
     with pytest.raises(ValueError, match="level"):
         stats.bootstrap_mean_ci([1.0, 2.0], level=1.5)
+
+
+def test_paired_statistic_ci_resamples_units_together():
+    rng = np.random.default_rng(2)
+    a = rng.uniform(1, 2, size=30)
+    b = 3 * a
+    # the units move together: the ratio of means is exactly 3 in every resample
+    assert stats.bootstrap_paired_ci(lambda x, y: y.mean(1) / x.mean(1), a, b) == pytest.approx((3, 3), rel=1e-12)
+    idx = np.random.default_rng(5).integers(0, 30, size=(300, 30))
+    want = np.quantile(a[idx].mean(1), [0.025, 0.975])
+    assert stats.bootstrap_paired_ci(lambda x: x.mean(1), a, n_boot=300, seed=5) == pytest.approx(tuple(want), rel=1e-12)
+    assert stats.bootstrap_paired_ci(lambda x: x.mean(1), a, n_boot=300, seed=5) == stats.bootstrap_mean_ci(a, n_boot=300, seed=5)
+    with pytest.raises(ValueError, match="one length"):
+        stats.bootstrap_paired_ci(lambda x, y: x.mean(1), a, b[:-1])
+
+
+def test_the_defaults_are_2000_resamples_seed_0_and_95_percent():
+    rng = np.random.default_rng(7)
+    a, b = rng.normal(size=25), rng.normal(0.3, 1.0, size=25)
+    idx = np.random.default_rng(0).integers(0, 25, size=(2000, 25))
+
+    def q(s):
+        return pytest.approx((np.quantile(s, 0.025), np.quantile(s, 0.975)), rel=1e-12)
+
+    assert stats.bootstrap_mean_ci(a) == q(a[idx].mean(1))
+    assert stats.paired_bootstrap_ci(b, a) == q((b - a)[idx].mean(1))
+    assert stats.bootstrap_paired_ci(lambda x, y: y.mean(1) - x.mean(1), a, b) == q(b[idx].mean(1) - a[idx].mean(1))
+    r = np.random.default_rng(0)
+    ia, ib = r.integers(0, 25, size=(2000, 25)), r.integers(0, 25, size=(2000, 25))
+    assert stats.bootstrap_diff_ci(b, a) == q(b[ia].mean(1) - a[ib].mean(1))
+
+
+def test_unpaired_samples_may_differ_in_length_and_each_is_checked():
+    a, b = np.arange(10.0), np.arange(4.0)
+    lo, hi = stats.bootstrap_diff_ci(a, b, n_boot=300, seed=2, level=0.9)
+    r = np.random.default_rng(2)
+    ia, ib = r.integers(0, 10, size=(300, 10)), r.integers(0, 4, size=(300, 4))
+    want = a[ia].mean(1) - b[ib].mean(1)
+    assert (lo, hi) == pytest.approx((np.quantile(want, 0.05), np.quantile(want, 0.95)), rel=1e-12)
+    with pytest.raises(ValueError, match=r"bootstrap_diff_ci needs a non-empty 1-D sample, got shape \(0,\)"):
+        stats.bootstrap_diff_ci([1.0], [])
+    with pytest.raises(ValueError, match=r"^bootstrap_paired_ci needs a non-empty 1-D sample"):
+        stats.bootstrap_paired_ci(lambda x: x.mean(1), [])
+    with pytest.raises(ValueError, match=r"^paired samples must have one length, got \[2, 1\]$"):
+        stats.bootstrap_paired_ci(lambda x, y: x.mean(1), [1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match=r"^level must lie in \(0, 1\), got 1$"):
+        stats.bootstrap_mean_ci([1.0, 2.0], level=1)
+    with pytest.raises(ValueError, match=r"^level must lie in \(0, 1\), got 0$"):
+        stats.bootstrap_mean_ci([1.0, 2.0], level=0)
+
+
+def test_paired_passes_its_settings_on_and_errors_name_the_function():
+    rng = np.random.default_rng(11)
+    a, b = rng.normal(size=15), rng.normal(size=15)
+    assert stats.paired_bootstrap_ci(b, a, n_boot=300, seed=4, level=0.8) == \
+        stats.bootstrap_mean_ci(b - a, n_boot=300, seed=4, level=0.8)
+    assert stats.paired_bootstrap_ci(b, a, n_boot=300, seed=4, level=0.8) != stats.paired_bootstrap_ci(b, a)
+    with pytest.raises(ValueError, match=r"^bootstrap_mean_ci needs a non-empty 1-D sample, got shape \(0,\)$"):
+        stats.bootstrap_mean_ci([])
+    with pytest.raises(ValueError, match=r"^bootstrap_diff_ci needs a non-empty 1-D sample, got shape \(0,\)$"):
+        stats.bootstrap_diff_ci([], [1.0])
+    with pytest.raises(ValueError, match=r"^paired samples differ in shape: \(2,\) vs \(1,\)$"):
+        stats.paired_bootstrap_ci([1.0, 2.0], [1.0])

@@ -212,7 +212,7 @@ def test_measure_fails_when_the_embedding_does_not_carry_the_decision():
     assert v["embed_share"] <= 1e-12                 # exactly zero up to rounding
     claim = claims.get_claim("protot/women-write-circuit")
     assert not claim.check.main.test(v["embed_share"])
-    status, *_ = claims.evaluate(claim, v, "cpu")
+    status, *_ = claims.evaluate(claim, v, "cpu", meas.evidence)   # the margin's interval ends: values and evidence
     assert status != "holds"
 
 
@@ -226,5 +226,5 @@ def test_measure_holds_when_the_embedding_carries_the_decision():
                                           null_blocks=16, n_boot=200)
     v = meas.values
     assert v["embed_share"] > 0.9 and v["write_selectivity"] > 2
-    status, *_ = claims.evaluate(claims.get_claim("protot/women-write-circuit"), v, "cpu")
+    status, *_ = claims.evaluate(claims.get_claim("protot/women-write-circuit"), v, "cpu", meas.evidence)
     assert status == "holds", (status, v)

@@ -153,6 +153,18 @@ def test_ablation_noop_is_exact_and_mask_changes_output(tokenizer, women):
     assert np.isfinite([lo, hi]).all() and lo <= hi
 
 
+def test_bootstrap_change_is_the_95_percent_percentile_interval_by_hand():
+    rng = np.random.default_rng(4)
+    p0 = rng.uniform(0.01, 0.2, size=60)
+    p1 = p0 * rng.uniform(0.3, 1.1, size=60)
+    idx = np.random.default_rng(9).integers(0, 60, size=(400, 60))
+    change = 100.0 * (p1[idx].mean(1) / p0[idx].mean(1) - 1.0)    # contexts resampled in pairs
+    want = (np.quantile(change, 0.025), np.quantile(change, 0.975))
+    assert C.bootstrap_change(p0, p1, n_boot=400, seed=9) == pytest.approx(want, rel=1e-12)
+    wide = (np.quantile(change, 0.05), np.quantile(change, 0.95))  # a 90% interval is narrower
+    assert C.bootstrap_change(p0, p1, n_boot=400, seed=9, level=0.9) == pytest.approx(wide, rel=1e-12)
+
+
 def test_mask_scan_reuses_the_prefix(tokenizer, women):
     """mask_scan runs each masked pass from the intact run's input to the masked layer: it must give
     what full forwards of the masked model give, for every layer (the first, a middle, the last)."""

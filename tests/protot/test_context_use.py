@@ -207,3 +207,21 @@ def test_reports_refuse_unknown_names_and_stale_reports(monkeypatch, tmp_path):
         cu.write_reports(["unigram-m"], blocks=24)
     assert (root / "CONTEXT_USE.md").read_text() == before   # the summary is not rewritten from a stale report
     assert json.loads((root / "unigram-m" / cu.REPORT_FILE).read_text())["model"] == "unigram-m"
+
+
+def test_the_replaced_prefix_cost_scores_exactly_the_tokens_from_split_on():
+    """By hand: the loss of tokens at positions split .. T-1, each predicted from the positions
+    before it, for the true and for the replaced prefix (the tokens before split are not scored)."""
+    model = _Synthetic("seen")
+    ids = torch.from_numpy(_stream()[:5 * 24].astype(np.int64)).view(5, 24)
+    split = 10
+    df, cost, _, _ = cu.replaced_prefix_cost(model, ids, split, n_boot=50)
+
+    def loss_from_split(x):
+        with torch.no_grad():
+            logp = torch.log_softmax(model(x).logits.double(), -1)
+        return [float(np.mean([-logp[i, t - 1, x[i, t]].item() for t in range(split, x.shape[1])])) for i in range(len(x))]
+
+    np.testing.assert_allclose(df.loss_true, loss_from_split(ids), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(df.loss_replaced, loss_from_split(cu.replace_prefix(ids, split)), rtol=1e-12, atol=0)
+    assert cost == pytest.approx(float(np.mean(df.loss_replaced - df.loss_true)), rel=1e-12)

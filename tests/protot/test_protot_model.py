@@ -389,3 +389,18 @@ def test_batch_invariant_logits(shared_keys, include_current):
             assert torch.equal(full.logits[b:b + 1], one.logits)
             for g_full, g_one in zip(full.gates, one.gates):
                 assert torch.equal(g_full["read_gate"][b:b + 1], g_one["read_gate"])
+
+
+def test_an_exception_inside_an_intervention_leaves_no_edit_behind():
+    model = tiny()
+    ids = torch.randint(0, VOCAB, (2, 15))
+    base = model(ids).logits
+    for edit in (lambda: mask_prototype(model, layer=1, k=3), lambda: mask_prototype(model, layer=0, k=2, gate="read"),
+                 lambda: clamp_prototype(model, layer=0, k=2, value=0.25, gate="write")):
+        with pytest.raises(RuntimeError, match="inside the edit"):
+            with edit():
+                raise RuntimeError("inside the edit")
+        for layer in model.layers:
+            mixer = layer.mixer
+            assert not mixer.mask_write and not mixer.mask_read and not mixer.clamp_write and not mixer.clamp_read
+        assert torch.equal(model(ids).logits, base)
