@@ -191,7 +191,7 @@ forms_agree
 # The routing is the token itself against the prototypes, $\Pi_t = \mathrm{softmax}(\langle x_t, p_k\rangle/(|\tau|+2\cdot10^{-6}))$
 # (no projection on the write side; layers past the first read through their own $W_r$), and in layers 0-1 the
 # values pass a causal depthwise convolution of width 5, $v \leftarrow v/2 + \mathrm{conv}(v)/2$, which the routing never sees.
-# First the read alone, by explicit sums against the op in its three forms (random routing, decays 0.3-0.99,
+# First the read alone, by explicit sums against the op in its three forms (random routing, decays 0.3-0.999,
 # early writes far below the floor so that the floor acts):
 
 # %%
@@ -203,7 +203,7 @@ Pi_a = torch.softmax(3 * torch.randn(B, T, Hh, Rh, generator=gen, dtype=F64), -1
 Pi_a[:, :5] *= 1e-7                                                # writes below the 1e-6 floor
 R_a = torch.softmax(torch.randn(B, T, Hh, Rh, generator=gen, dtype=F64), -1)
 v_a = torch.randn(B, T, Hh, V, generator=gen, dtype=F64)
-lb_a = torch.tensor([[0.3, 0.7, 0.9, 0.99], [0.5, 0.8, 0.95, 0.999]], dtype=F64).log()
+lb_a = torch.tensor([[0.3, 0.7, 0.9, 0.98], [0.5, 0.8, 0.95, 0.999]], dtype=F64).log()
 ref_a = read_by_definition(Pi_a, R_a, v_a, lb_a)
 authors_steps = {form: (exact_read(Pi_a, R_a, v_a, lb_a, form=form, chunk_size=16)[0] - ref_a).abs().max().item()
                  for form in ("quadratic", "recurrent", "chunk")}

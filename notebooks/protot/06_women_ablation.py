@@ -5,7 +5,7 @@
 # (L9 P7 of the large model; male: L9 P18) lowers p("women") (the paper's size of the drop is in
 # `claims.yaml`), while perplexity changes by less than 1%.
 #
-# **Checked here, as the paper finds its prototype: by its label.** On the **training** split, the
+# **Checked here:** as the paper finds its prototype, by its label. On the **training** split, the
 # alive prototype (gate share at least a tenth of an even share) whose write or read profile most
 # singles out female words (" women", " woman", " girls", " she", " her", " mother", " female" ...)
 # against matched non-gender words (" workers", " person", " students", " they", " their",
@@ -150,7 +150,7 @@ plt.show()
 
 # %% [markdown]
 # ## Verdicts
-# `conclude` records each measurement in this run's folder, then applies the check written in
+# `conclude` records each measurement in this run's folder, then applies the check registered in
 # `claims.yaml` before this measurement (its `history` gives the earlier checks and verdicts). women-prototype-ablation: the label must earn "female"
 # (precondition), and the mask must lower p(" women") by at least 5% with its interval above 0,
 # with the topical stratum's interval above 0, more than for human groups and gender-free
@@ -190,6 +190,8 @@ scan_m.note = (
     f"[{sev['label']['write_tokens']}]). Validation drop {sv['drop_pct']:.2f}% (95% CI {sv['ci_low_pct']:.2f}.."
     f"{sv['ci_high_pct']:.2f}); per stratum: {strata_text(scan_m)}. Other words: "
     + ", ".join(f"{w!r} {d:+.2f}%" for w, d in sev["other_drops_pct"].items()) + ". " + scale)
+assert (label_m.claim, ppl_m.claim, scan_m.claim) == (
+    "protot/women-prototype-ablation", "protot/women-ablation-ppl", "protot/women-causal-scan")
 label_v = claims.conclude(label_m, profile=nb.profile, seed=nb.seed)
 ppl_v = claims.conclude(ppl_m, profile=nb.profile, seed=nb.seed)
 scan_v = claims.conclude(scan_m, profile=nb.profile, seed=nb.seed)

@@ -65,7 +65,7 @@ def _with_check(demo_root, check_yaml: str, extra: str = "") -> None:
     ("{quantity: x, op: '>', threshold: 1, all_of: [{quantity: y, op: '<<', threshold: 1}]}", r"check: all_of\[0\]: unknown op '<<'"),
     ("{quantity: x, op: '>', threshold: 1, assert_at: [cpu], measured_only_at: [cpu]}", r"check: profile\(s\) cpu are in both assert_at and measured_only_at"),
     ("{quantity: x, op: '>', threshold: 1, registered: '2026-11-30'}", r"check: registered must name the commit that registered the check \(7 to 40 hex digits\), got '2026-11-30'"),
-    ("{quantity: x, op: '>', threshold: 1, registered: abc1234, registered_after: lunch}", r"check: registered_after must be one of 'a first measurement', got 'lunch'"),
+    ("{quantity: x, op: '>', threshold: 1, registered: abc1234, registered_after: lunch}", r"check: registered_after must be one of 'a first measurement', .*measurements., got 'lunch'"),
     ("{quantity: x, op: '>', threshold: 1, interval: [lo]}", r"check: interval must name two recorded values \[low, high\], got \['lo'\]"),
     ("{quantity: x, op: is, threshold: true, interval: [lo, hi]}", r"check: op 'is' compares no numbers, so it takes no interval"),
     ("{quantity: x, op: '>', threshold: 1, all_of: [{quantity: y, op: '<', threshold: 1, interval: [a, 3]}]}", r"check: all_of\[0\]: interval must name two recorded values"),
