@@ -54,7 +54,8 @@ TOP_K = 10
 BATCH = profiles.pick(PROFILE, cpu=64, paper=256)
 N_BOOT = 2000
 TIE_REL = 0.01       # the authors' ProtoT and LLaMA JS closer than 1% of their mean: a tie
-# model sets in order of preference; the first whose ProtoT and LLaMA are committed is measured
+# model sets in order of preference; the first whose ProtoT and LLaMA are committed as final models is
+# measured (a snapshot of a run still training is not the equal-budget model)
 MODEL_SETS = [{"ProtoT": "protot-authors-small", "LLaMA": "llama-authors-small", "Mamba": "mamba-authors-small",
                "DeltaNet": "deltanet-authors-small"},
               {"ProtoT": "protot-cpu-small", "LLaMA": "llama-cpu-small"}]
@@ -63,7 +64,7 @@ PAPER_JS = {m: {**claim.paper_value["js_preserving"][m], **claim.paper_value["js
             for m in claim.paper_value["js_preserving"]}
 AUTHORS = rb.authors_table(paths.papers_dir() / "protot" / "authors_robustness")
 
-have = set(pretrained.available())
+have = {n for n in pretrained.available() if pretrained.manifest(n).get("status", "final") == "final"}
 chosen = next(s for s in MODEL_SETS if {s["ProtoT"], s["LLaMA"]} <= have)
 skipped = {k: v for k, v in chosen.items() if v not in have}
 NAMES = {k: v for k, v in chosen.items() if v in have}
