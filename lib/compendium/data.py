@@ -60,7 +60,9 @@ def _missing(path: Path) -> FileNotFoundError:
     )
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: str | os.PathLike) -> str:
+    """sha256 (hex) of a file's bytes, read in 1 MiB pieces: the one file hash of the project's
+    data, token caches, checkpoints and model folders."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -70,7 +72,7 @@ def _sha256(path: Path) -> str:
 
 @lru_cache(maxsize=512)
 def _cached_sha256(path: str, ino: int, mtime_ns: int, size: int) -> str:
-    return _sha256(Path(path))
+    return sha256_of(Path(path))
 
 
 def file_sha256(path: Path) -> str:

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.proto_mixer import DEFAULT_CHUNK_SIZE, decay_linear_attn
-from protot.mixer import decay_cumsum
+from protot.mixer import decay_cumsum, gate
 
 __all__ = ["TAU_OFFSET", "DECAY_ARITHMETIC", "routing", "causal_value_conv", "shift_by_one",
            "exact_read", "authors_float32_read", "read_by_definition"]
@@ -45,18 +45,7 @@ def routing(q: torch.Tensor, prototypes: torch.Tensor, tau: torch.Tensor, mask=(
     ``mask``: hub indices removed from the softmax (logit -inf, the rest renormalised); ``clamp``:
     {k: value} set after the softmax (the other hubs unchanged): the interventions of protot.intervene."""
     logits = (q @ prototypes.t()) / (tau.abs() + TAU_OFFSET)
-    if mask:
-        keep = torch.ones(logits.shape[-1], dtype=torch.bool, device=logits.device)
-        keep[sorted(mask)] = False
-        if not bool(keep.any()):
-            raise ValueError("all prototypes of a head masked")
-        logits = logits.masked_fill(~keep, float("-inf"))
-    g = torch.softmax(logits, dim=-1)
-    if clamp:
-        g = g.clone()
-        for k, val in clamp.items():
-            g[..., k] = val
-    return g
+    return gate(logits, 1.0, mask, clamp)                              # masked / clamped softmax
 
 
 def causal_value_conv(v: torch.Tensor, weight: torch.Tensor, prev: torch.Tensor | None = None):

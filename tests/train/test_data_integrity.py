@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
-from compendium import paths
+from compendium import data, paths
 from protot.train import packing
 
 from train_helpers import ROOT
@@ -22,7 +22,7 @@ def test_flipped_tokens_in_the_cache_are_detected_and_rebuilt(tmp_path):
     npy = next(cache.glob("*.npy"))
     meta = npy.with_suffix(".json")
     info = json.loads(meta.read_text())
-    assert info["npy_sha256"] == packing._file_sha256(npy)
+    assert info["npy_sha256"] == data.sha256_of(npy)
     # flip one token in place (the file keeps its size; the tokens stay in the vocabulary)
     offset = npy.stat().st_size - 2 * 1000
     with open(npy, "r+b") as fh:
@@ -34,7 +34,7 @@ def test_flipped_tokens_in_the_cache_are_detected_and_rebuilt(tmp_path):
     with pytest.warns(UserWarning, match="does not match the sha256"):
         again = packing.token_stream("validation", cache=cache)
     np.testing.assert_array_equal(again, good)
-    assert json.loads(meta.read_text())["npy_sha256"] == packing._file_sha256(npy)
+    assert json.loads(meta.read_text())["npy_sha256"] == data.sha256_of(npy)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # now intact: no warning, no rebuild
         np.testing.assert_array_equal(packing.token_stream("validation", cache=cache), good)

@@ -22,7 +22,6 @@ tokenizer, data and weight shapes (:class:`CheckpointMismatchError`).
 from __future__ import annotations
 
 import errno
-import hashlib
 import io
 import json
 import os
@@ -34,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from compendium import atomic
+from compendium import atomic, data
 
 FORMAT_VERSION = 1
 FILES = ("model.safetensors", "optimizer.pt", "rng.pt", "state.json")
@@ -60,12 +59,7 @@ _STEP_RE = re.compile(r"^step-\d{6,}$")
 _TMP_RE = re.compile(r"^\.tmp-step-\d{6,}-(\d+)$")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+_sha256 = data.sha256_of   # the one file hash (compendium.data)
 
 
 def _fsync(path: Path) -> None:

@@ -25,7 +25,6 @@ import hashlib
 import json
 import warnings
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -35,24 +34,6 @@ from protot.train import tokenizer as tk
 
 FORMAT_VERSION = 1
 _ENCODE_BATCH = 256
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-@lru_cache(maxsize=256)
-def _cached_file_sha256(path: str, mtime_ns: int, size: int) -> str:
-    return _file_sha256(Path(path))
-
-
-def file_sha256(path: Path) -> str:
-    st = path.stat()
-    return _cached_file_sha256(str(path), st.st_mtime_ns, st.st_size)
 
 
 #: A data file is not listed in data/SHA256SUMS, is missing or a symbolic link, or differs from its
@@ -82,7 +63,7 @@ def source_key(split: str, lang: str = "en", tokenizer_path: Path | None = None,
         "validation_fraction": validation_fraction,
         "tokenizer": tok_path.name,
         "tokenizer_sha256": tk.tokenizer_hash(tok_path),
-        "files": {str(f.relative_to(paths.data_dir())): file_sha256(f) for f in files},
+        "files": {str(f.relative_to(paths.data_dir())): data.file_sha256(f) for f in files},
     }
     key = hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
     return key, desc
@@ -114,7 +95,7 @@ def _load_cached(npy: Path, meta: Path) -> np.ndarray | None:
         warnings.warn(f"token cache {npy.name} has no recorded sha256 (written by an older version, or its "
                       f"{meta.name} is unreadable): rebuilding it from the sources", stacklevel=3)
         return None
-    if _file_sha256(npy) != want:
+    if data.sha256_of(npy) != want:
         warnings.warn(f"token cache {npy} does not match the sha256 recorded in {meta.name} (corrupted or "
                       "modified): rebuilding it from the sources", stacklevel=3)
         return None
@@ -126,7 +107,7 @@ def _store(npy: Path, meta: Path, stream: np.ndarray, info: dict) -> np.ndarray:
     with atomic.atomic_path(npy) as tmp:
         with open(tmp, "wb") as fh:
             np.save(fh, stream)
-        digest = _file_sha256(tmp)
+        digest = data.sha256_of(tmp)
     atomic.write_json(meta, {**info, "npy_sha256": digest})
     return np.load(npy, mmap_mode="r")
 
@@ -295,7 +276,7 @@ def write_u16_pack(out_dir: str | Path, parts: dict[str, np.ndarray], info: dict
                 arr.astype("<u2", copy=False).tofile(fh)
                 index[name] = {"offset": offset, "tokens": int(arr.size)}
                 offset += int(arr.size)
-        digest = _file_sha256(tmp)
+        digest = data.sha256_of(tmp)
     meta = {"format": PACK_FORMAT, "file": PACK_TOKENS, "dtype": "uint16-le", "tokens": offset,
             "sha256": digest, "parts": index, **(info or {})}
     atomic.write_json(out / PACK_INFO, meta)
@@ -320,7 +301,7 @@ def read_u16_pack(pack_dir: str | Path, verify: bool = True) -> tuple[dict[str, 
     if tokens.stat().st_size != 2 * total:
         raise PackError(f"{tokens} holds {tokens.stat().st_size} bytes, {info_path.name} says {2 * total} "
                         "(truncated or from another pack)")
-    if verify and _file_sha256(tokens) != meta["sha256"]:
+    if verify and data.sha256_of(tokens) != meta["sha256"]:
         raise PackError(f"{tokens} does not match the sha256 in {info_path.name} (corrupted or modified)")
     mm = np.memmap(tokens, dtype="<u2", mode="r")
     out = {}

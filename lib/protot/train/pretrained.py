@@ -27,7 +27,6 @@ then swapped in by renaming; any failure before the swap leaves models/<name> as
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shlex
@@ -67,7 +66,9 @@ class Pretrained:
 
 
 def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    from compendium.data import sha256_of
+
+    return sha256_of(path)
 
 
 def manifest(name: str) -> dict:
