@@ -35,7 +35,7 @@ from kernels.proto_mixer import BACKENDS, DEFAULT_CHUNK_SIZE, FORMS, decay_linea
 
 __all__ = [
     "FORMS", "BACKENDS", "DEFAULT_CHUNK_SIZE", "SIMILARITIES",
-    "gate_logits", "gate", "decay_cumsum", "read_query", "channel_mix", "channel_mix_by_definition",
+    "gate_logits", "gate", "clear_interventions", "decay_cumsum", "read_query", "channel_mix", "channel_mix_by_definition",
     "half_life_to_log_decay", "log_decay_to_half_life", "log_decay_from_param", "param_from_log_decay",
     "measure_forms_agree",
 ]
@@ -54,6 +54,15 @@ def gate_logits(a: torch.Tensor, prototypes: torch.Tensor, similarity: str = "do
     if similarity == "dot":
         return a @ prototypes.t() / math.sqrt(a.shape[-1])
     raise ValueError(f"similarity must be one of {SIMILARITIES}, got {similarity!r}")
+
+
+def clear_interventions(mixer) -> None:
+    """Give a mixer (either variant) its intervention sets, empty: ``mask_write`` / ``mask_read``
+    (prototype indices removed from the softmax) and ``clamp_write`` / ``clamp_read`` ({k: value})."""
+    mixer.mask_write: set[int] = set()
+    mixer.mask_read: set[int] = set()
+    mixer.clamp_write: dict[int, float] = {}
+    mixer.clamp_read: dict[int, float] = {}
 
 
 def gate(logits: torch.Tensor, temperature: float, mask=(), clamp=None) -> torch.Tensor:

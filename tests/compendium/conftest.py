@@ -43,3 +43,16 @@ def run_dir(demo_root, monkeypatch):
     run = runs.create("cpu", 0, notebooks=["demo/01_good", "demo/02_bad", "demo/03_dies"])
     monkeypatch.setenv("COMPENDIUM_RUN_DIR", str(run))
     return run
+
+
+@pytest.fixture
+def kernel_root(tmp_path, monkeypatch):
+    """A demo repository whose notebooks run in a kernel, with its outputs under its own build/."""
+    from ledger_demo import KERNEL_NOTEBOOKS
+
+    root = make_root(tmp_path / "root", KERNEL_NOTEBOOKS)
+    monkeypatch.setenv("COMPENDIUM_ROOT", str(root))
+    monkeypatch.setenv("COMPENDIUM_OUTPUT", str(root / "build"))
+    monkeypatch.delenv("COMPENDIUM_RUN_DIR", raising=False)
+    monkeypatch.delenv("COMPENDIUM_NOTEBOOK", raising=False)
+    return root

@@ -19,7 +19,7 @@ import pytest
 
 from compendium import atomic, cli, publish, runs, tables
 
-from ledger_demo import KERNEL_NOTEBOOKS, make_root, tree_digest
+from ledger_demo import tree_digest
 from test_publish import GOOD, _as_notebook, _figure, complete_run
 
 ALL = ["demo/01_good", "demo/02_bad", "demo/03_dies"]
@@ -266,14 +266,6 @@ def test_a_second_publisher_is_refused_naming_the_first(published):
 
 
 # -- 5. outputs never inside the repository's sources or tracked files ------------------------------
-@pytest.fixture
-def kernel_root(tmp_path, monkeypatch):
-    root = make_root(tmp_path / "root", KERNEL_NOTEBOOKS)
-    monkeypatch.setenv("COMPENDIUM_ROOT", str(root))
-    monkeypatch.setenv("COMPENDIUM_OUTPUT", str(root / "build"))
-    monkeypatch.delenv("COMPENDIUM_RUN_DIR", raising=False)
-    monkeypatch.delenv("COMPENDIUM_NOTEBOOK", raising=False)
-    return root
 
 
 def _refused(capsys, argv, *needles):

@@ -15,14 +15,6 @@ from compendium import cli, runner
 from ledger_demo import KERNEL_NOTEBOOKS, make_root, tree_digest
 
 
-@pytest.fixture
-def kernel_root(tmp_path, monkeypatch):
-    root = make_root(tmp_path / "root", KERNEL_NOTEBOOKS)
-    monkeypatch.setenv("COMPENDIUM_ROOT", str(root))
-    monkeypatch.setenv("COMPENDIUM_OUTPUT", str(root / "build"))
-    monkeypatch.delenv("COMPENDIUM_RUN_DIR", raising=False)
-    monkeypatch.delenv("COMPENDIUM_NOTEBOOK", raising=False)
-    return root
 
 
 def test_list_and_resolve(kernel_root):

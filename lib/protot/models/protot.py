@@ -30,7 +30,7 @@ import torch.nn as nn
 
 from kernels.proto_mixer import BACKENDS, DEFAULT_CHUNK_SIZE, FORMS, decay_linear_attn
 from protot.mixer import (
-    SIMILARITIES, decay_cumsum, gate, gate_logits, half_life_to_log_decay, log_decay_from_param,
+    SIMILARITIES, clear_interventions, decay_cumsum, gate, gate_logits, half_life_to_log_decay, log_decay_from_param,
     log_decay_to_half_life, param_from_log_decay, read_query,
 )
 from protot.mixer_authors import DECAY_ARITHMETIC
@@ -241,10 +241,7 @@ class ProtoMixer(nn.Module):
         self.out_proj = nn.Linear(Dv, d, bias=False)                    # W_o
         self.decay_param = nn.Parameter(torch.empty(R))                # theta_k
         self.alpha = nn.Parameter(torch.empty(()))                     # alpha
-        self.mask_write: set[int] = set()
-        self.mask_read: set[int] = set()
-        self.clamp_write: dict[int, float] = {}
-        self.clamp_read: dict[int, float] = {}
+        clear_interventions(self)
         self.reset_mixer_parameters()
 
     @torch.no_grad()

@@ -35,6 +35,7 @@ import math
 import torch
 import torch.nn as nn
 
+from protot.mixer import clear_interventions
 from protot.mixer_authors import authors_float32_read, causal_value_conv, exact_read, routing
 
 __all__ = ["AuthorsProtoMixer", "AUTHORS_NAME_MAP", "load_authors_state", "unused_authors_parameters"]
@@ -68,10 +69,7 @@ class AuthorsProtoMixer(nn.Module):
         # not decayed by the optimiser (their recipe: no weight decay on prototypes and decays)
         self.prototypes._no_weight_decay = True
         self.decay_logit._no_weight_decay = True
-        self.mask_write: set[int] = set()
-        self.mask_read: set[int] = set()
-        self.clamp_write: dict[int, float] = {}
-        self.clamp_read: dict[int, float] = {}
+        clear_interventions(self)
         self.reset_mixer_parameters()
 
     @torch.no_grad()
