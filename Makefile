@@ -104,7 +104,7 @@ notebook: setup  ## run one notebook into build/runs/ (papers/ untouched): make 
 sync: setup  ## regenerate every .ipynb from its .py source (jupytext pairs)
 	$(VENV)/bin/jupytext --sync $$(git ls-files 'notebooks/*.py' 'notebooks/**/*.py'; git ls-files -o --exclude-standard 'notebooks/*.py' 'notebooks/**/*.py')
 
-claims: setup  ## rebuild papers/*/CLAIMS.md from the published results (papers/*/results)
+claims: setup  ## rebuild papers/*/CLAIMS.md and the verdict boards (papers/*/figures/verdict_board.png) from the published results
 	$(PY) -m compendium claims
 
 # JupyterLab on 127.0.0.1 with token authentication, the server settings of jupyter/ (the .ipynb

@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     p_pub = sub.add_parser("publish", help="publish the run folder of a complete main run (as run --publish does)")
     p_pub.add_argument("run_dir", help="a run folder, e.g. build/runs/20261130T081244Z-paper-s0")
     sub.add_parser("list", help="list the notebooks")
-    sub.add_parser("claims", help="rebuild papers/*/CLAIMS.md from the published results")
+    sub.add_parser("claims", help="rebuild papers/*/CLAIMS.md and papers/*/figures/verdict_board.png from the "
+                                  "published results")
 
     args = parser.parse_args(argv)
     if args.cmd == "list":

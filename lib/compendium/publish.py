@@ -9,7 +9,8 @@ naming every reason.
 
 The results each notebook recorded go to ``papers/<paper>/results/`` and its figures (and their CSV
 data) to ``papers/<paper>/figures/``; ``PUBLISHED.json`` says which run was published, and every
-``CLAIMS.md`` is rebuilt. Figure files carry their notebook's number (``05_concept_coherence.png``,
+``CLAIMS.md`` is rebuilt, with its verdict board (``figures/verdict_board.png``,
+:mod:`compendium.board`). Figure files carry their notebook's number (``05_concept_coherence.png``,
 see :func:`compendium.plotting.prefixed`). A notebook's figures replace its earlier ones: the files
 of ``papers/<paper>/figures/`` that start with its number (``05_``) and that this run did not write
 are removed, and so is the unnumbered name of each file it wrote (``concept_coherence.png`` beside a
@@ -48,7 +49,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator
 
-from compendium import atomic, paths, runs, tables
+from compendium import atomic, board, paths, runs, tables
 from compendium import claims as _claims
 
 LOCK = ".publish.lock"
@@ -381,6 +382,7 @@ def _publish_locked(run: Path) -> Published:
             changes[f"{paper}/figures/{path.name}"] = None
             out.removed.append(path)
         changes[f"{paper}/CLAIMS.md"] = tables.build_table(paper, results, info).encode("utf-8")
+        changes[f"{paper}/figures/{board.FIGURE_NAME}"] = board.png_bytes(board.build(paper, results, info))
         out.tables.append(paths.papers_dir() / paper / "CLAIMS.md")
     switch(changes)
     return out
@@ -391,13 +393,16 @@ def _json_bytes(obj) -> bytes:
 
 
 def write_claims() -> list[Path]:
-    """Rebuild every ``papers/<paper>/CLAIMS.md`` from the published results (``compendium claims``),
-    under the lock and in one switch, like a publish."""
+    """Rebuild every ``papers/<paper>/CLAIMS.md`` and verdict board (``figures/verdict_board.png``)
+    from the published results (``compendium claims``), under the lock and in one switch, like a publish."""
     with lock("the claims tables (compendium claims)"):
         _recover()
         texts = {paper: tables.build_table(paper) for paper in _claims.paper_ids()}  # all built first
-        switch({f"{paper}/CLAIMS.md": text.encode("utf-8") for paper, text in texts.items()})
-    return [paths.papers_dir() / paper / "CLAIMS.md" for paper in texts]
+        boards = {paper: board.png_bytes(board.build(paper)) for paper in texts}
+        switch({**{f"{paper}/CLAIMS.md": text.encode("utf-8") for paper, text in texts.items()},
+                **{f"{paper}/figures/{board.FIGURE_NAME}": png for paper, png in boards.items()}})
+    return [path for paper in texts for path in (paths.papers_dir() / paper / "CLAIMS.md",
+                                                 paths.published_figures_dir(paper) / board.FIGURE_NAME)]
 
 
 def _stale_figures(paper: str, new: dict[str, Path], notebooks: list[str]) -> list[Path]:

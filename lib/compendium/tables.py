@@ -34,7 +34,9 @@ def read_entry(path: Path, paper: _claims.Paper) -> dict:
     """Read and check one results file of ``paper``; return the entry with the verdict derived
     from its values and the registered check (``verdict``, ``reason``, ``conditions``,
     ``preconditions``, ``failed_preconditions``, ``value`` replaced by what
-    :func:`compendium.judge.derive` finds; ``judged`` False for a result not judged)."""
+    :func:`compendium.judge.derive` finds; ``judged`` False for a result not judged;
+    ``derived_status`` the derived verdict as one of :data:`compendium.checks.VERDICTS` or
+    :data:`compendium.checks.NOT_JUDGED`)."""
     shown = paths.display(path)
     try:
         entry = json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_refuse_constant)
@@ -69,7 +71,8 @@ def read_entry(path: Path, paper: _claims.Paper) -> dict:
         derived = judge.derive(paper.claims[claim_id], entry)
     except judge.UnjudgeableResult as exc:
         raise ResultsFileError(f"{shown}: {exc}") from None
-    return {**entry, "judged": derived.status != _claims.NOT_JUDGED, "verdict": derived.text, "reason": derived.reason, "value": derived.value,
+    return {**entry, "judged": derived.status != _claims.NOT_JUDGED, "derived_status": derived.status,
+            "verdict": derived.text, "reason": derived.reason, "value": derived.value,
             "conditions": [o.as_dict() for o in derived.conditions],
             "preconditions": [o.as_dict() for o in derived.preconditions],
             "failed_preconditions": [o.as_dict() for o in derived.failed_preconditions]}

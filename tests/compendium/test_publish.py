@@ -84,7 +84,7 @@ def test_publish_of_a_complete_main_run(run_dir, demo_root):
     assert sorted(p.name for p in results.iterdir()) == ["PUBLISHED.json", "gain.cpu.json", "loss.cpu.json",
                                                            "plain.cpu.json"]
     figures = demo_root / "papers" / "demo" / "figures"
-    assert sorted(p.name for p in figures.iterdir()) == ["bad.png", "gain_curve.csv", "good.png"]
+    assert sorted(p.name for p in figures.iterdir()) == ["bad.png", "gain_curve.csv", "good.png", "verdict_board.png"]
     assert out.completed == ["demo/01_good", "demo/02_bad", "demo/03_dies"]
     info = json.loads((results / "PUBLISHED.json").read_text())
     assert info["last_publish"]["notebooks"] == {n: "completed" for n in out.completed}
@@ -251,7 +251,7 @@ def test_publish_removes_the_figures_a_republished_notebook_replaced(run_dir, de
     out = publish.publish(run_dir)
     assert sorted(p.name for p in published.iterdir()) == [
         "01_curve.png", "01_gain_curve.csv", "01_good.png", "02_bad.png", "02_theirs.png", "curve_b.png",
-        "unrelated.png"]
+        "unrelated.png", "verdict_board.png"]
     assert sorted(p.name for p in out.removed) == ["01_dropped.png", "curve.png", "gain_curve.csv"]
     assert (published / "02_theirs.png").read_bytes() != b"old"
     assert "3 stale figure file(s) removed" in out.summary()

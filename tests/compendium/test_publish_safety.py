@@ -366,10 +366,15 @@ def test_a_damaged_published_json_is_named_and_left_alone(published, capsys):
 
 
 def test_compendium_claims_rebuilds_the_tables_under_the_lock(published, capsys):
+    from compendium import board
+
     table = published["root"] / "papers" / "demo" / "CLAIMS.md"
     table.write_text("hand-edited\n")
+    png = published["root"] / "papers" / "demo" / "figures" / board.FIGURE_NAME
+    png.write_bytes(b"hand-drawn")
     assert cli.main(["claims"]) == 0
     assert table.read_text().startswith("# Claims") and _leftovers(published["root"]) == []
+    assert png.read_bytes() == board.png_bytes(board.build("demo"))
     with publish.lock("run X"):
         assert cli.main(["claims"]) == 1
     assert f"another publish is writing papers/ (pid {os.getpid()}, publishing run X" in capsys.readouterr().err

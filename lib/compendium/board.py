@@ -1,0 +1,275 @@
+"""The verdict board: every claim of a paper (rows) against the profiles (columns), each cell
+coloured by the verdict derived from the published results, in one compact view.
+
+    from compendium import board
+    b = board.build("accpp")                      # derived from papers/accpp/results + claims.yaml
+    board.to_html(b, claims_page="../claims/accpp.html", notebooks_base="")   # for a notebook page
+    board.png_bytes(b)                            # the same board as a PNG (papers/<paper>/figures/)
+
+The verdicts are derived exactly as the claims tables derive them (:func:`compendium.tables.read_results`,
+which applies :func:`compendium.judge.derive` to every recorded value and never reads a stored
+verdict). A cell is one of :data:`STATUSES`: *holds*, *does not hold*, *inconclusive*, *measured
+only*, *not judged* (recorded under an earlier check) or *not run* (nothing recorded at that
+profile). Hovering a cell (its ``title``) gives the measured value, the 95% interval of the
+check's main quantity where one was recorded, and the reason of the verdict; each claim links to
+its block on the paper's claims page and to its notebook's page.
+
+The HTML carries its own scoped style (no word is ever split: cells do not wrap, and a board wider
+than its column scrolls sideways); it is what the book shows at the top of each claims page and
+what the tour notebook displays. The PNG (:func:`png_bytes`) is written by the publish path only
+(``compendium run --publish`` and ``compendium claims``) as ``papers/<paper>/figures/verdict_board.png``.
+"""
+from __future__ import annotations
+
+import html
+import io
+import re
+from dataclasses import dataclass, field
+
+from compendium import claims as _claims
+from compendium import profiles, tables
+
+FIGURE_NAME = "verdict_board.png"
+NOT_JUDGED = _claims.NOT_JUDGED
+NOT_RUN = _claims.NOT_RUN
+STATUSES = (_claims.HOLDS, _claims.DOES_NOT_HOLD, _claims.INCONCLUSIVE, _claims.MEASURED_ONLY, NOT_JUDGED, NOT_RUN)
+
+
+@dataclass(frozen=True)
+class Look:
+    """How a status is drawn: CSS class suffix, a symbol (the colour is never the only cue),
+    background and text colours (the same in the HTML and the PNG)."""
+    css: str
+    symbol: str
+    background: str
+    text: str
+
+
+LOOKS = {
+    _claims.HOLDS: Look("holds", "\u2713", "#1b7a55", "#ffffff"),
+    _claims.DOES_NOT_HOLD: Look("fails", "\u2717", "#b8322a", "#ffffff"),
+    _claims.INCONCLUSIVE: Look("inconclusive", "?", "#e8a317", "#1d1d1d"),
+    _claims.MEASURED_ONLY: Look("measured", "\u2261", "#4f6f9a", "#ffffff"),
+    NOT_JUDGED: Look("not-judged", "\u2013", "#c9c9c9", "#1d1d1d"),
+    NOT_RUN: Look("not-run", "\u00b7", "#ffffff", "#6b6b6b"),
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One claim at one profile."""
+    claim: str
+    profile: str
+    status: str                                  # one of STATUSES
+    value: str = ""                              # the measured value as text ("" when not run)
+    interval: tuple[str, str] | None = None      # the 95% interval of the check's main quantity
+    reason: str = ""
+    marks: tuple[str, ...] = ()                  # e.g. the value's notebook failed in the last publish
+
+    @property
+    def look(self) -> Look:
+        return LOOKS[self.status]
+
+    @property
+    def hover(self) -> str:
+        """The cell's hover text: verdict, value, interval, reason."""
+        lines = [f"{self.claim} at {self.profile}: {self.status}"]
+        if self.status == NOT_RUN:
+            lines.append("nothing recorded at this profile yet")
+        else:
+            lines.append(f"measured: {self.value}")
+            lines.append(f"95% interval: {self.interval[0]} to {self.interval[1]}" if self.interval
+                         else "95% interval: none recorded")
+        if self.reason:
+            reason = " ".join(self.reason.replace("`", "").split())
+            lines.append(reason if len(reason) <= 600 else reason[:599] + "\u2026")
+        lines.extend(self.marks)
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Row:
+    claim: str
+    statement: str
+    notebook: str | None
+    cells: dict[str, Cell]
+
+
+@dataclass(frozen=True)
+class Board:
+    paper: str
+    title: str
+    profiles: tuple[str, ...]
+    rows: tuple[Row, ...] = field(default_factory=tuple)
+
+    def counts(self, profile: str) -> dict[str, int]:
+        """{status: number of claims} at ``profile``, in :data:`STATUSES` order, zeros left out."""
+        out = {s: 0 for s in STATUSES}
+        for r in self.rows:
+            out[r.cells[profile].status] += 1
+        return {s: n for s, n in out.items() if n}
+
+
+def status_of(entry: dict | None) -> str:
+    """The board's status of a result read by :func:`compendium.tables.read_entry` (None: not run)."""
+    if entry is None:
+        return NOT_RUN
+    status = entry.get("derived_status")
+    if status not in STATUSES:
+        raise ValueError(f"{entry.get('claim')} at {entry.get('profile')}: no derived verdict ({status!r})")
+    return status
+
+
+def _cell(claim: _claims.Claim, profile: str, entry: dict | None, published: dict) -> Cell:
+    status = status_of(entry)
+    if entry is None:
+        return Cell(claim.id, profile, status)
+    main = (entry.get("conditions") or [{}])[0]
+    interval = main.get("interval_values")
+    return Cell(claim.id, profile, status, value=_claims._fmt(entry.get("value"), entry.get("unit") or claim.unit or ""),
+                interval=None if not interval else (_claims._fmt(interval[0]), _claims._fmt(interval[1])),
+                reason=str(entry.get("reason") or ""),
+                marks=tuple(tables._marks(claim, profile, entry, published)))
+
+
+def build(paper: str, results: dict[str, dict[str, dict]] | None = None, published: dict | None = None) -> Board:
+    """The board of ``paper`` from its published results (or ``results``, as
+    :func:`compendium.tables.read_results` returns them), every verdict derived from the values."""
+    p = _claims.load_paper(paper)
+    rec = tables.read_results(paper) if results is None else results
+    published = tables.read_published(paper) if published is None else published
+    names = tuple(profiles.PROFILES)
+    rows = tuple(Row(c.id, c.statement, c.notebook,
+                     {prof: _cell(c, prof, rec.get(c.id, {}).get(prof), published) for prof in names})
+                 for c in p.claims.values())
+    return Board(paper=paper, title=p.title, profiles=names, rows=rows)
+
+
+def anchor(claim_id: str) -> str:
+    """The id of a claim's section on its claims page (the heading ``## <claim id>``)."""
+    return re.sub(r"[^a-z0-9]+", "-", claim_id.lower()).strip("-")
+
+
+# -- HTML ------------------------------------------------------------------------------------------
+# Selectors carry the board's class twice over the book's and JupyterLab's own table rules, which
+# let cells wrap anywhere; here no cell wraps, and a board wider than its column scrolls sideways.
+STYLE = """
+.verdict-board{margin:.4rem 0 1.2rem;font-size:13px;line-height:1.3;max-width:100%}
+.verdict-board .vb-title{font-weight:600;margin:0 0 .25rem}
+.verdict-board .vb-summary{margin:0 0 .35rem;font-size:12px}
+.verdict-board .vb-legend{display:flex;flex-wrap:wrap;gap:4px 6px;margin:0 0 .4rem;padding:0;list-style:none;font-size:12px}
+.verdict-board .vb-legend li{margin:0;padding:1px 6px;border-radius:3px;white-space:nowrap}
+.verdict-board .vb-scroll{overflow-x:auto;max-width:100%}
+.verdict-board table.vb-table{border-collapse:separate;border-spacing:2px;width:auto;table-layout:auto;margin:0;border:0;font-size:13px}
+.verdict-board table.vb-table th,.verdict-board table.vb-table td{white-space:nowrap;word-break:normal;overflow-wrap:normal;
+padding:1px 8px;line-height:1.35;border:0;text-align:left;vertical-align:middle;max-width:none}
+.verdict-board table.vb-table thead th{font-weight:600;font-size:12px}
+.verdict-board table.vb-table th.vb-claim{font-weight:500;font-family:var(--pst-font-family-monospace,ui-monospace,monospace);font-size:12px}
+.verdict-board table.vb-table td.vb-notebook{font-family:var(--pst-font-family-monospace,ui-monospace,monospace);font-size:12px}
+.verdict-board table.vb-table td.vb-cell{min-width:7.5em;border-radius:3px}
+.verdict-board table.vb-table td.vb-cell a{color:inherit;text-decoration:none;display:block}
+.verdict-board table.vb-table td.vb-cell a:hover{text-decoration:underline}
+.verdict-board .vb-not-run{outline:1px dashed #9a9a9a;outline-offset:-1px}
+""".strip().replace("\n", " ")
+
+
+def _style_rules() -> str:
+    rules = [STYLE]
+    for look in LOOKS.values():
+        rules.append(f".verdict-board .vb-{look.css}{{background:{look.background};color:{look.text}}}")
+    return "".join(rules)
+
+
+def _a(href: str, text: str, title: str = "") -> str:
+    t = f' title="{html.escape(title, quote=True)}"' if title else ""
+    return f'<a href="{html.escape(href, quote=True)}"{t}>{html.escape(text)}</a>'
+
+
+def summary_text(b: Board) -> str:
+    """One line per profile: how many claims have each verdict."""
+    parts = []
+    for prof in b.profiles:
+        counts = b.counts(prof)
+        parts.append(f"{prof}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    return "; ".join(parts)
+
+
+def to_html(b: Board, *, claims_page: str = "", notebooks_base: str = "../notebooks/") -> str:
+    """The board as one HTML block (no blank line, so it can stand in a Markdown page as raw HTML).
+
+    Links: a claim goes to ``{claims_page}#{anchor}`` (its block on the claims page; ``""`` on that
+    page itself), its notebook to ``{notebooks_base}{notebook}.html`` (the book's notebook pages)."""
+    head = "".join(f'<th scope="col" class="vb-profile">{html.escape(p)}</th>' for p in b.profiles)
+    out = [f'<div class="verdict-board" data-paper="{html.escape(b.paper, quote=True)}">',
+           f"<style>{_style_rules()}</style>",
+           f'<p class="vb-title">Verdict board: {html.escape(b.title)}</p>',
+           f'<p class="vb-summary">{html.escape(summary_text(b))}</p>',
+           '<ul class="vb-legend">' + "".join(
+               f'<li class="vb-{LOOKS[s].css}">{LOOKS[s].symbol} {html.escape(s)}</li>' for s in STATUSES) + "</ul>",
+           '<div class="vb-scroll"><table class="vb-table">',
+           f'<thead><tr><th scope="col" class="vb-claim">claim</th>{head}<th scope="col">notebook</th></tr></thead>',
+           "<tbody>"]
+    for r in b.rows:
+        target = f"{claims_page}#{anchor(r.claim)}"
+        cells = []
+        for prof in b.profiles:
+            c = r.cells[prof]
+            mark = " \u26a0" if c.marks else ""
+            cells.append(f'<td class="vb-cell vb-{c.look.css}" data-status="{html.escape(c.status, quote=True)}" '
+                         f'data-profile="{html.escape(prof, quote=True)}" title="{html.escape(c.hover, quote=True)}">'
+                         f"{_a(target, f'{c.look.symbol} {c.status}{mark}')}</td>")
+        nb = (_a(f"{notebooks_base}{r.notebook}.html", r.notebook) if r.notebook
+              else '<span class="vb-none">not yet covered</span>')
+        out.append(f'<tr data-claim="{html.escape(r.claim, quote=True)}">'
+                   f'<th scope="row" class="vb-claim">{_a(target, r.claim, r.statement)}</th>'
+                   + "".join(cells) + f'<td class="vb-notebook">{nb}</td></tr>')
+    out += ["</tbody></table></div>", "</div>"]
+    return "\n".join(out)
+
+
+def html_for(paper: str, **links) -> str:
+    """:func:`to_html` of :func:`build` (``paper``'s published results)."""
+    return to_html(build(paper), **links)
+
+
+# -- the static figure -----------------------------------------------------------------------------
+def figure(b: Board):
+    """The board drawn with matplotlib (no pyplot: no global figure state): one row per claim,
+    one column per profile, the verdict's colour and word in each cell."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch, Rectangle
+
+    n = len(b.rows)
+    width, row, top, bottom = 7.2, 0.27, 0.72, 0.62          # inches: rows, title + profile names, legend
+    height = top + row * n + bottom
+    fig = Figure(figsize=(width, height), dpi=150)
+    ax = fig.add_axes((0.36, bottom / height, 0.62, row * n / height))
+    for y, r in enumerate(b.rows):
+        for x, prof in enumerate(b.profiles):
+            c = r.cells[prof]
+            ax.add_patch(Rectangle((x + 0.03, y + 0.06), 0.94, 0.88, facecolor=c.look.background,
+                                   edgecolor="#9a9a9a" if c.status == NOT_RUN else "none",
+                                   linestyle="--", linewidth=0.8))
+            ax.text(x + 0.5, y + 0.5, f"{c.look.symbol} {c.status}" + (" \u26a0" if c.marks else ""),
+                    ha="center", va="center", fontsize=8.5, color=c.look.text)
+    ax.set_xlim(0, len(b.profiles))
+    ax.set_ylim(n, 0)
+    ax.set_xticks([x + 0.5 for x in range(len(b.profiles))], list(b.profiles), fontsize=9.5)
+    ax.xaxis.tick_top()
+    ax.set_yticks([y + 0.5 for y in range(n)], [r.claim for r in b.rows], fontsize=9, family="monospace")
+    ax.tick_params(length=0)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    fig.suptitle(f"Verdicts: {b.paper} (derived from the published results)", fontsize=10.5,
+                 fontweight="bold", x=0.02, y=1 - 0.12 / height, ha="left", va="top")
+    handles = [Patch(facecolor=LOOKS[s].background, edgecolor="#9a9a9a", label=f"{LOOKS[s].symbol} {s}")
+               for s in STATUSES]
+    fig.legend(handles=handles, loc="lower center", ncols=3, fontsize=8, frameon=False)
+    return fig
+
+
+def png_bytes(b: Board) -> bytes:
+    """The figure as PNG bytes, the same for the same board (no time or version in the file)."""
+    buf = io.BytesIO()
+    figure(b).savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()

@@ -1,0 +1,168 @@
+"""The verdict board (compendium.board): one row per claim, one cell per profile, each coloured by
+the verdict derived from the recorded values (never the verdict a results file states), with the
+value and its interval on hover and links to the claim's block and its notebook; and the same
+board as a PNG, written by the publish path."""
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+
+import pytest
+
+from compendium import board, claims, publish, runs, tables
+
+from test_publish import complete_run
+
+RANGED = """\
+  - id: ranged
+    statement: "The effect is positive <b>bold</b> & sure."
+    where: "§5"
+    paper_value: 0.3
+    unit: "nats"
+    source: paper
+    notebook: demo/01_good
+    check: {quantity: effect, op: ">", threshold: 0, interval: [effect_lo, effect_hi]}
+"""
+
+
+@pytest.fixture
+def recorded(run_dir, demo_root):
+    """A demo paper with a claim judged on an interval; results recorded in ``run_dir`` for every
+    verdict: holds, does not hold, inconclusive, measured only, not judged, and claims not run."""
+    path = demo_root / "papers" / "demo" / "claims.yaml"
+    path.write_text(path.read_text() + RANGED)
+    complete_run(run_dir)                                        # gain holds, loss fails, plain measured only
+    claims.conclude(claims.Measurement("demo/ranged", {"effect": 0.3, "effect_lo": 0.12, "effect_hi": 0.51}),
+                    profile="cpu", seed=0)
+    claims.conclude(claims.Measurement("demo/ranged", {"effect": 0.1, "effect_lo": -0.2, "effect_hi": 0.4}),
+                    profile="paper", seed=0)                     # the interval straddles 0: inconclusive
+    claims.conclude(claims.Measurement("demo/gain", {"gain": 9.0, "ci_low": 0.2, "context_effect": 0.3}),
+                    profile="paper", seed=0)
+    folder = run_dir / "results" / "demo"
+    # a result recorded under another check: not judged; and a stored verdict that says the opposite
+    # of what the values give (the board must not read it)
+    gain_paper = folder / "gain.paper.json"
+    entry = json.loads(gain_paper.read_text())
+    gain_paper.write_text(json.dumps({**entry, "check_sha256": "0" * 64, "verdict": "holds"}))
+    loss = folder / "loss.cpu.json"
+    loss.write_text(json.dumps({**json.loads(loss.read_text()), "verdict": "holds"}))
+    return tables.read_results("demo", tables.result_files("demo", folder))
+
+
+EXPECTED = {("gain", "cpu"): "holds", ("gain", "paper"): "not judged", ("loss", "cpu"): "does not hold",
+            ("loss", "paper"): "not run", ("plain", "cpu"): "measured only", ("plain", "paper"): "not run",
+            ("flag", "cpu"): "not run", ("flag", "paper"): "not run", ("ranged", "cpu"): "holds",
+            ("ranged", "paper"): "inconclusive"}
+
+
+class _Board(HTMLParser):
+    """Rows (claim -> {profile: attributes of its cell}), links and text of a board's HTML."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows: dict[str, dict] = {}
+        self.links: dict[str, list[str]] = {}
+        self.text: list[str] = []
+        self._claim = None
+        self._in_style = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "tr" and "data-claim" in a:
+            self._claim = a["data-claim"]
+            self.rows[self._claim] = {"cells": {}}
+        if tag == "td" and self._claim and "data-profile" in a:
+            self.rows[self._claim]["cells"][a["data-profile"]] = a
+        if tag == "a" and self._claim:
+            self.links.setdefault(self._claim, []).append(a["href"])
+        if tag == "th" and self._claim and a.get("scope") == "row":
+            self.rows[self._claim]["th"] = a
+        self._in_style = tag == "style"
+
+    def handle_endtag(self, tag):
+        if tag == "tr":
+            self._claim = None
+        if tag == "style":
+            self._in_style = False
+
+    def handle_data(self, data):
+        if not self._in_style:
+            self.text.append(data)
+
+
+def _parse(text: str) -> _Board:
+    p = _Board()
+    p.feed(text)
+    return p
+
+
+def test_every_claim_is_a_row_with_the_derived_verdict_at_every_profile(recorded):
+    b = board.build("demo", results=recorded, published={})
+    assert [r.claim for r in b.rows] == ["gain", "loss", "plain", "flag", "ranged"]   # claims.yaml order
+    got = {(r.claim, p): r.cells[p].status for r in b.rows for p in b.profiles}
+    assert got == EXPECTED
+    assert b.counts("cpu") == {"holds": 2, "does not hold": 1, "measured only": 1, "not run": 1}
+
+
+def test_the_html_has_a_coloured_cell_per_derived_verdict_with_value_interval_and_links(recorded):
+    b = board.build("demo", results=recorded, published={})
+    page = board.to_html(b, claims_page="../claims/demo.html", notebooks_base="")
+    doc = _parse(page)
+    assert set(doc.rows) == {"gain", "loss", "plain", "flag", "ranged"}
+    for (claim, profile), status in EXPECTED.items():
+        cell = doc.rows[claim]["cells"][profile]
+        assert cell["data-status"] == status
+        assert f"vb-{board.LOOKS[status].css}" in cell["class"].split()
+        assert cell["title"].startswith(f"{claim} at {profile}: {status}")
+    hover = doc.rows["ranged"]["cells"]["cpu"]["title"]
+    assert "measured: 0.3 nats" in hover and "95% interval: 0.12 to 0.51" in hover
+    assert "95% interval: -0.2 to 0.4" in doc.rows["ranged"]["cells"]["paper"]["title"]
+    assert "straddles" in doc.rows["ranged"]["cells"]["paper"]["title"]          # the reason
+    assert "95% interval: none recorded" in doc.rows["gain"]["cells"]["cpu"]["title"]
+    assert "nothing recorded" in doc.rows["flag"]["cells"]["cpu"]["title"]
+    assert doc.links["ranged"][0] == "../claims/demo.html#ranged"
+    assert "demo/01_good.html" in doc.links["ranged"] and "demo/02_bad.html" in doc.links["loss"]
+    assert not any(h.endswith(".html") and "claims" not in h for h in doc.links["flag"])   # no notebook
+    assert doc.rows["ranged"]["th"]["class"] == "vb-claim"
+    text = "".join(doc.text)
+    assert "not yet covered" in text
+    assert "**" not in page and "`" not in page                  # HTML, not Markdown
+    assert "\n\n" not in page                                    # one raw HTML block in a Markdown page
+    assert "<b>bold</b>" not in page and "&lt;b&gt;bold&lt;/b&gt; &amp; sure." in page
+
+
+def test_on_its_claims_page_a_claim_links_to_its_own_section():
+    assert board.anchor("women-causal-scan") == "women-causal-scan"
+    assert board.anchor("A claim_id.x") == "a-claim-id-x"
+
+
+def test_no_cell_of_the_board_may_wrap(recorded):
+    page = board.to_html(board.build("demo", results=recorded, published={}))
+    style = page[page.index("<style>"):page.index("</style>")]
+    assert "white-space:nowrap" in style and "overflow-x:auto" in style
+    assert "anywhere" not in style and "break-all" not in style
+
+
+def test_the_png_is_the_same_board_and_the_same_bytes_each_time(recorded):
+    b = board.build("demo", results=recorded, published={})
+    png = board.png_bytes(b)
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and board.png_bytes(b) == png
+    texts = [t.get_text() for t in board.figure(b).axes[0].texts]
+    for (claim, profile), status in EXPECTED.items():
+        assert any(t.endswith(status) for t in texts), status
+    assert sum(t.endswith("not run") for t in texts) == list(EXPECTED.values()).count("not run")
+
+
+def test_publish_writes_the_board_beside_the_claims_table(run_dir, demo_root):
+    complete_run(run_dir)
+    publish.publish(run_dir)
+    png = demo_root / "papers" / "demo" / "figures" / board.FIGURE_NAME
+    assert png.read_bytes() == board.png_bytes(board.build("demo"))
+    statuses = {r.claim: r.cells["cpu"].status for r in board.build("demo").rows}
+    assert statuses == {"gain": "holds", "loss": "does not hold", "plain": "measured only", "flag": "not run"}
+
+
+def test_a_missing_derived_verdict_is_refused():
+    with pytest.raises(ValueError, match="no derived verdict"):
+        board.status_of({"claim": "demo/gain", "profile": "cpu", "verdict": "holds"})
+    assert board.status_of(None) == "not run"
