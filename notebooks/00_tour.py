@@ -10,7 +10,7 @@
 # **Checked here:** the claims ledger is complete and consistent (every notebook it names
 # exists and every claim a notebook covers has a pre-registered check); the offline corpus that
 # stands in for FineWeb-Edu is present, checksummed, and split into disjoint train and validation
-# documents. The current claims tables are rendered below.
+# documents. Where every claim stands is drawn below, one verdict board per paper.
 #
 # The two papers:
 #
@@ -31,9 +31,9 @@ DEVICE = "cpu"
 # %%
 import matplotlib.pyplot as plt
 import pandas as pd
-from IPython.display import Markdown, display
+from IPython.display import HTML, Markdown, display
 
-from compendium import claims, data, notebook, plotting, profiles, runner, tables
+from compendium import board, claims, data, notebook, plotting, profiles, runner, tables
 
 nb = notebook.start("00_tour", PROFILE, SEED, DEVICE, threads=1)
 print(f"profile: {nb.profile} ({profiles.PROFILES[nb.profile]}), seed {nb.seed}, device {nb.device}")
@@ -115,15 +115,17 @@ pd.concat({f"at {prof}": pd.crosstab(plan["article"], plan[f"at {prof}"]) for pr
           axis=1).fillna(0).astype(int)
 
 # %% [markdown]
-# ## The current claims tables
-# Built from the published results (`papers/<paper>/results/`, written only by
-# `compendium run --publish`): the value measured at each profile, the check, and the verdict.
+# ## Where the claims stand
+# One verdict board per paper, built from the published results (`papers/<paper>/results/`, written
+# only by `compendium run --publish`) with every verdict derived from the recorded values: one row per
+# claim, one column per profile. Hover a cell for the measured value, its 95% interval and the reason;
+# a claim links to its block on the claims page (the value beside the paper's, the check, the history),
+# its notebook to the notebook's page.
 
 # %%
 for paper in claims.paper_ids():
-    table = pd.DataFrame(tables.table_rows(paper))
-    display(Markdown(f"### {claims.load_paper(paper).title}"))
-    display(table[["id", "paper", "ours", "profile", "check", "verdict", "notebook"]])
+    display(HTML(board.html_for(paper, claims_page=f"../claims/{paper}.html", notebooks_base="",
+                                notebooks=runner.list_notebooks())))
 
 # %% [markdown]
 # One recorded example of each verdict, where the published results have one (the verdict's reason

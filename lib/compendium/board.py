@@ -24,6 +24,7 @@ from __future__ import annotations
 import html
 import io
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from compendium import claims as _claims
@@ -167,6 +168,7 @@ padding:1px 8px;line-height:1.35;border:0;text-align:left;vertical-align:middle;
 .verdict-board table.vb-table th.vb-claim{font-weight:500;font-family:var(--pst-font-family-monospace,ui-monospace,monospace);font-size:12px}
 .verdict-board table.vb-table td.vb-notebook{font-family:var(--pst-font-family-monospace,ui-monospace,monospace);font-size:12px}
 .verdict-board table.vb-table td.vb-cell{min-width:7.5em;border-radius:3px}
+.verdict-board a{text-underline-offset:.22em}
 .verdict-board table.vb-table td.vb-cell a{color:inherit;text-decoration:none;display:block}
 .verdict-board table.vb-table td.vb-cell a:hover{text-decoration:underline}
 .verdict-board .vb-not-run{outline:1px dashed #9a9a9a;outline-offset:-1px}
@@ -194,11 +196,13 @@ def summary_text(b: Board) -> str:
     return "; ".join(parts)
 
 
-def to_html(b: Board, *, claims_page: str = "", notebooks_base: str = "../notebooks/") -> str:
+def to_html(b: Board, *, claims_page: str = "", notebooks_base: str = "../notebooks/",
+            notebooks: Collection[str] | None = None) -> str:
     """The board as one HTML block (no blank line, so it can stand in a Markdown page as raw HTML).
 
     Links: a claim goes to ``{claims_page}#{anchor}`` (its block on the claims page; ``""`` on that
-    page itself), its notebook to ``{notebooks_base}{notebook}.html`` (the book's notebook pages)."""
+    page itself), its notebook to ``{notebooks_base}{notebook}.html`` (the book's notebook pages),
+    for the notebooks in ``notebooks`` (default: every one; another is named without a link)."""
     head = "".join(f'<th scope="col" class="vb-profile">{html.escape(p)}</th>' for p in b.profiles)
     out = [f'<div class="verdict-board" data-paper="{html.escape(b.paper, quote=True)}">',
            f"<style>{_style_rules()}</style>",
@@ -218,8 +222,12 @@ def to_html(b: Board, *, claims_page: str = "", notebooks_base: str = "../notebo
             cells.append(f'<td class="vb-cell vb-{c.look.css}" data-status="{html.escape(c.status, quote=True)}" '
                          f'data-profile="{html.escape(prof, quote=True)}" title="{html.escape(c.hover, quote=True)}">'
                          f"{_a(target, f'{c.look.symbol} {c.status}{mark}')}</td>")
-        nb = (_a(f"{notebooks_base}{r.notebook}.html", r.notebook) if r.notebook
-              else '<span class="vb-none">not yet covered</span>')
+        if not r.notebook:
+            nb = '<span class="vb-none">not yet covered</span>'
+        elif notebooks is None or r.notebook in notebooks:
+            nb = _a(f"{notebooks_base}{r.notebook}.html", r.notebook)
+        else:
+            nb = html.escape(r.notebook)
         out.append(f'<tr data-claim="{html.escape(r.claim, quote=True)}">'
                    f'<th scope="row" class="vb-claim">{_a(target, r.claim, r.statement)}</th>'
                    + "".join(cells) + f'<td class="vb-notebook">{nb}</td></tr>')

@@ -6,7 +6,9 @@ a staging folder that this module fills:
     <stage>/index.md                     the README (the map of the compendium), notebook names linked
     <stage>/notebooks/<name>.ipynb       every notebook: its executed copy from the last run that
                                          completed it, else its source without outputs (the page says so)
-    <stage>/claims/<paper>.md            papers/<paper>/CLAIMS.md, one block per claim (fits the page width),
+    <stage>/claims/<paper>.md            the paper's verdict board (``compendium.board``: every claim against
+                                         the profiles, derived from the published results), then
+                                         papers/<paper>/CLAIMS.md, one block per claim (fits the page width),
                                          and any claim of claims.yaml it does not list yet
     <stage>/figures/<paper>.md + PNGs    papers/<paper>/figures/ (the figures of the last published run)
     <stage>/viewers/<paper>/*.html       the interactive circuit viewer pages published beside the figures
@@ -328,12 +330,29 @@ def _claim_blocks(header: list[str], rows: list[dict], names: set[str],
 
 
 def _readme_page(readme: str, names: set[str], papers: list[str]) -> str:
-    """The README as the book's home page: notebook names and claims tables become links."""
+    """The README as the book's home page: notebook names and claims tables become links, and
+    images of published figures (``papers/<paper>/figures/x.png``) point to the book's copies."""
     text = re.sub(r"`((?:[a-z0-9_]+/)?[0-9]{2}_[a-z0-9_]+)`",
                   lambda m: _link_notebook(m.group(1), names, ""), readme)
     for paper in papers:
         text = text.replace(f"`papers/{paper}/CLAIMS.md`", f"[`papers/{paper}/CLAIMS.md`](claims/{paper}.md)")
+        text = text.replace(f"](papers/{paper}/figures/", f"](figures/{paper}/")
     return text
+
+
+def with_board(page: str, paper: str, names: set[str]) -> str:
+    """The claims page with the paper's verdict board after its title, its notebook names linked to
+    the pages of ``names`` (a note instead when the published results cannot be read: the page says
+    which file and why)."""
+    from compendium import board, tables
+
+    try:
+        block = board.html_for(paper, claims_page="", notebooks_base="../notebooks/", notebooks=names)
+    except tables.ResultsFileError as err:
+        block = f":::{{warning}}\nNo verdict board: {err}\n:::"
+    lines = page.split("\n")
+    at = next((i + 1 for i, line in enumerate(lines) if line.startswith("# ")), 0)
+    return "\n".join(lines[:at] + ["", block, ""] + lines[at:])
 
 
 def _toctree(caption: str, entries: list[str]) -> str:
@@ -431,6 +450,7 @@ def stage(folder: Path, prefer_run: str | None = None) -> Staged:
         (folder / "claims").mkdir(exist_ok=True)
         page = claims_page(text, names)
         page += _missing_claims(page, paper)
+        page = with_board(page, paper, names)
         (folder / "claims" / f"{paper}.md").write_text(scrub(page, pairs), encoding="utf-8")
 
         src = paths.published_figures_dir(paper)

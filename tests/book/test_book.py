@@ -7,7 +7,9 @@ Every page must load from ``file://`` with no request leaving the machine and no
 every image must load; maths must be typeset; every claim id must be on its paper's claims page;
 every circuit viewer (inline in a notebook page or framed on a figures page) must load, with no
 console error and no external request, and draw every node of its circuit; no page may contain a
-machine path. The same checks run on the main build when there is one.
+machine path; no table cell may split a word across lines; each claims page (and the tour) shows
+the verdict board of its paper, every claim a row, in one screen, its links leading to existing
+pages and sections. The same checks run on the main build when there is one.
 """
 from __future__ import annotations
 
@@ -87,6 +89,13 @@ def _executed_tour(fixture_root: Path) -> nbformat.NotebookNode:
     code[4].outputs = [nbformat.v4.new_output("display_data", data={
         "text/html": viewer.iframe_html(_tiny_circuit(), title="tiny circuit", tokens=["a", "b", "c"]),
         "text/plain": "<IPython.core.display.HTML object>"})]
+    from compendium import board
+
+    boards = next(c for c in code if "board.html_for" in c.source)  # what the cell displays
+    boards.outputs = [nbformat.v4.new_output("display_data", data={
+        "text/html": board.html_for(paper, claims_page=f"../claims/{paper}.html", notebooks_base="",
+                                    notebooks=NOTEBOOKS),
+        "text/plain": "<IPython.core.display.HTML object>"}) for paper in PAPERS]
     nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {
         "state": {}, "version_major": 2, "version_minor": 0}}
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -105,6 +114,7 @@ def fixture_book(tmp_path_factory):
         dest.mkdir(parents=True)
         for name in ("claims.yaml", "CLAIMS.md"):
             shutil.copy2(ROOT / "papers" / paper / name, dest / name)
+        shutil.copytree(ROOT / "papers" / paper / "results", dest / "results")
         shutil.copytree(ROOT / "papers" / paper / "figures", dest / "figures")
         for old in (dest / "figures").glob("*_viewer.html"):
             old.unlink()
@@ -176,6 +186,79 @@ def check_viewers(page, rel: str) -> int:
     return checked
 
 
+SPLIT_WORDS = """() => {
+  // words (runs of letters and digits) of table cells that the browser laid out on two lines, and
+  // cells whose style lets the browser break inside words
+  const split = [], loose = [];
+  for (const cell of document.querySelectorAll('td, th')) {
+    const st = getComputedStyle(cell);
+    if (st.wordBreak === 'break-all' || st.overflowWrap === 'anywhere') loose.push(cell.textContent.slice(0, 40));
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const re = /[\\p{L}\\p{N}]{2,}/gu;
+      for (let m = re.exec(node.textContent); m; m = re.exec(node.textContent)) {
+        const r = document.createRange();
+        r.setStart(node, m.index);
+        r.setEnd(node, m.index + m[0].length);
+        const tops = new Set(Array.from(r.getClientRects()).filter(x => x.width > 0).map(x => Math.round(x.top)));
+        if (tops.size > 1) split.push(m[0]);
+      }
+    }
+  }
+  return {split: split.slice(0, 20), n_split: split.length, loose: loose.slice(0, 5), n_loose: loose.length};
+}"""
+
+BOARDS = """() => Array.from(document.querySelectorAll('.verdict-board')).map(b => {
+  const box = b.getBoundingClientRect(), art = document.querySelector('.bd-article').getBoundingClientRect();
+  const scroll = b.querySelector('.vb-scroll');
+  return {paper: b.dataset.paper, height: box.height, right: box.right, article_right: art.right + 1,
+          clipped: scroll.scrollWidth - scroll.clientWidth,
+          rows: Array.from(b.querySelectorAll('tbody tr')).map(r => r.dataset.claim),
+          cells: Array.from(b.querySelectorAll('td.vb-cell')).map(c => ({status: c.dataset.status, cls: c.className,
+                                                                      title: c.title})),
+          links: Array.from(b.querySelectorAll('a')).map(a => a.href)};
+})"""
+
+
+def check_words(page, rel: str) -> None:
+    """No table cell of ``page`` splits a word across two lines, nor allows it by its style."""
+    found = page.evaluate(SPLIT_WORDS)
+    assert found["n_loose"] == 0, f"{rel}: {found['n_loose']} table cells may break inside words: {found['loose']}"
+    assert found["n_split"] == 0, f"{rel}: {found['n_split']} words split across lines in table cells: {found['split']}"
+
+
+def _target_exists(url: str) -> bool:
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(url)
+    path = Path(unquote(parsed.path))
+    if not path.is_file():
+        return False
+    return not parsed.fragment or f'id="{parsed.fragment}"' in path.read_text(encoding="utf-8")
+
+
+def check_boards(page, rel: str) -> list[str]:
+    """Every verdict board of ``page``: a row per claim of its paper in claims.yaml order, a cell per
+    profile with its verdict's class and hover text, the whole board in one screen (under 1000 px
+    high at 1280x900), inside the text column, every link leading to an existing page and section.
+    Returns the papers of the boards found."""
+    from compendium import board
+
+    found = page.evaluate(BOARDS)
+    for b in found:
+        ids = [c["id"] for c in yaml.safe_load((ROOT / "papers" / b["paper"] / "claims.yaml").read_text())["claims"]]
+        assert b["rows"] == ids, f"{rel}: the {b['paper']} board's rows are not the claims of claims.yaml"
+        assert len(b["cells"]) == 2 * len(ids)
+        for c in b["cells"]:
+            assert c["status"] in board.STATUSES and f"vb-{board.LOOKS[c['status']].css}" in c["cls"].split()
+            assert c["title"].split("\n")[0].endswith(c["status"]) and ("measured:" in c["title"] or "nothing recorded" in c["title"])
+        assert b["height"] < 1000, f"{rel}: the {b['paper']} board is {b['height']:.0f} px high (over one screen)"
+        assert b["right"] <= b["article_right"] and b["clipped"] <= 1, f"{rel}: the {b['paper']} board is wider than the page"
+        broken = sorted({u for u in b["links"] if not _target_exists(u)})
+        assert not broken, f"{rel}: board links to missing pages or sections: {broken[:5]}"
+    return [b["paper"] for b in found]
+
+
 def check_book(html: Path, watched, forbidden: list[str]) -> int:
     """Check every page (module docstring); returns the number of circuit viewers checked."""
     pages = _pages(html)
@@ -198,7 +281,10 @@ def check_book(html: Path, watched, forbidden: list[str]) -> int:
             "() => Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
         assert broken == [], f"{rel}: images that did not load: {broken}"
         kind, _, stem = rel.partition("/")
+        check_words(w.page, rel)
+        boards = check_boards(w.page, rel)
         if kind == "claims":
+            assert boards == [stem.removesuffix(".html")], f"{rel} shows the verdict boards of {boards}"
             overflow = w.page.evaluate("() => { const a = document.querySelector('.bd-article'); "
                                        "return a.scrollWidth - a.clientWidth }")
             assert overflow <= 1, f"{rel} is {overflow}px wider than the page's text column"
@@ -224,6 +310,44 @@ def test_fixture_book_pages_load_offline(fixture_book, watched):
     # the tour's inline viewer and the framed page on the ACC++ figures page
     assert check_book(html, watched, [str(root), str(ROOT), str(Path.home()) + "/"]) == 2
     assert (html / "figures" / "accpp" / VIEWER_PAGE).is_file()
+
+
+def test_the_tour_shows_every_paper_s_verdict_board(fixture_book, watched):
+    html, _, _ = fixture_book
+    w = watched("tour-boards")
+    w.page.goto((html / "notebooks" / "00_tour.html").as_uri(), wait_until="load")
+    assert check_boards(w.page, "notebooks/00_tour.html") == PAPERS
+    assert "**holds**" not in w.page.locator(".bd-article").inner_text()    # no raw Markdown from a table
+    w.assert_clean()
+
+
+def test_a_split_word_and_an_oversized_board_are_caught(watched, tmp_path):
+    """check_words and check_boards fail on a page that splits words or has a board over one screen."""
+    from compendium import board
+
+    narrow = tmp_path / "narrow.html"
+    narrow.write_text('<!DOCTYPE html><html><body><table style="width:40px"><tr><td style="overflow-wrap:anywhere">'
+                      "profile 32b4b2634f</td></tr></table></body></html>", encoding="utf-8")
+    w = watched("split-words")
+    w.page.goto(narrow.as_uri(), wait_until="load")
+    with pytest.raises(AssertionError, match="may break inside words"):
+        check_words(w.page, "narrow.html")
+    w.page.evaluate("() => document.querySelector('td').style.overflowWrap = 'normal'")
+    w.page.evaluate("() => document.querySelector('td').style.wordBreak = 'normal'")
+    check_words(w.page, "narrow.html")                     # normal wrapping never splits a word
+    w.page.evaluate("() => { const t = document.querySelector('td'); t.style.display = 'block'; "
+                    "t.style.width = '30px'; t.style.wordBreak = 'break-word'; }")
+    with pytest.raises(AssertionError):
+        check_words(w.page, "narrow.html")
+
+    tall = tmp_path / "tall.html"
+    paper = PAPERS[0]
+    block = board.html_for(paper, claims_page="", notebooks_base="")
+    tall.write_text('<!DOCTYPE html><html><body><div class="bd-article" style="width:700px">'
+                    + block.replace("padding:1px 8px", "padding:30px 8px") + "</div></body></html>", encoding="utf-8")
+    w.page.goto(tall.as_uri(), wait_until="load")
+    with pytest.raises(AssertionError, match="over one screen"):
+        check_boards(w.page, "tall.html")
 
 
 def test_a_viewer_that_fails_to_draw_is_caught(fixture_book, watched, tmp_path):

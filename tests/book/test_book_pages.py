@@ -136,3 +136,23 @@ def test_a_named_run_comes_first_where_it_completed_the_notebook(output):
     assert book.find_executed("x/02", "20990102T000000Z-cpu-s0").run == "20990101T000000Z-cpu-s0"  # failed there
     with pytest.raises(ValueError, match="no run folder"):
         book.stage(output / "stage", "20990109T000000Z-cpu-s0")
+
+
+def test_the_claims_page_opens_with_the_verdict_board_of_its_paper():
+    page = book.claims_page(TABLE, {"accpp/01_ioi"})
+    real = [p for p in book.paper_ids() if p == "accpp"][0]
+    out = book.with_board(page, real, {"accpp/01_ioi"})
+    title_end = out.index("\n", out.index("# Claims: a paper"))
+    board_at = out.index('<div class="verdict-board" data-paper="accpp">')
+    assert title_end < board_at < out.index("Intro text.")
+    block = out[board_at:out.index("</div>\n", board_at)]
+    assert "\n\n" not in block                               # one raw HTML block for MyST
+    assert 'href="../notebooks/accpp/01_ioi.html"' in block      # a notebook with a page is linked
+    assert 'href="../notebooks/accpp/02_greater_than.html"' not in block and "accpp/02_greater_than" in block
+    assert 'href="#candidates-exact"' in block
+
+
+def test_readme_images_of_published_figures_point_to_the_book_s_copies():
+    text = "See ![board](papers/accpp/figures/verdict_board.png) and `papers/accpp/CLAIMS.md`."
+    out = book._readme_page(text, set(), ["accpp"])
+    assert "![board](figures/accpp/verdict_board.png)" in out and "(claims/accpp.md)" in out
