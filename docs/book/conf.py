@@ -30,6 +30,7 @@ html_theme = "sphinx_book_theme"
 html_title = "ProtoT × ACC++ compendium"
 html_static_path = ["_static"]
 html_css_files = ["compendium.css"]
+html_js_files = ["compendium.js"]  # tells the framed circuit viewers the page's colour theme
 html_last_updated_fmt = None
 html_theme_options = {
     "home_page_in_toc": True,

@@ -7,7 +7,13 @@ Inside a band, nodes share a row only when their columns leave room for a label 
 so no two nodes share a place and no labels overlap; a head firing from two sources at one
 position is labelled with each source (``26.2\u21903``). By default MLP and embedding nodes, the
 leaves that dominate a circuit by number, are collapsed into one node per layer (``M5``, ``E``)
-in a band of their own at the bottom, their edges merged. The label font is as large as the rows allow (``max_font`` at most).
+in a band of their own at the bottom, their edges merged. Edges and nodes take the viewer's
+colours: query side solid blue, key side dashed orange, seeds red.
+
+Every text is legible where the figure is read, the book's text column (:data:`BOOK_WIDTH_PX`
+wide): no font is smaller than :func:`book_font` (:data:`BOOK_MIN_PX` pixels once the figure is
+scaled to that width). The label font is as large as the rows allow (``max_font`` at most); when
+the rows do not fit at the smallest legible font, the figure grows taller instead.
 """
 from __future__ import annotations
 
@@ -19,15 +25,26 @@ import networkx as nx
 
 from accpp.graph import KINDS, signal_ranks
 
-__all__ = ["draw_circuit", "circuit_layout", "collapse_leaves", "rank_histogram"]
+__all__ = ["draw_circuit", "circuit_layout", "collapse_leaves", "rank_histogram", "book_font"]
 
-_COLORS = {"head": "#4C72B0", "mlp": "#DD8452", "emb": "#55A868", "bias": "#8172B3", "offset": "#937860",
-           "logits": "#C44E52"}
-_EDGE_STYLE = {"d": ("#1f77b4", "-", "query side (d)"), "s": ("#2ca02c", "--", "key side (s)"),
-               "seed": ("#C44E52", "-", "seed")}
+# the viewer's colours (viewer_assets/viewer.css: node borders, edge sides)
+_COLORS = {"head": "#3a6aa8", "mlp": "#c8702a", "emb": "#4b8f4b", "bias": "#7a64a8", "offset": "#7a64a8",
+           "logits": "#b03a2e"}
+_EDGE_STYLE = {"d": ("#1f6fd1", "-", "query side (d)"), "s": ("#e07b00", "--", "key side (s)"),
+               "seed": ("#c0392b", "-", "seed")}
+#: the book's text column, in CSS pixels, where figures are shown scaled to its width
+BOOK_WIDTH_PX = 688
+#: the smallest text, in CSS pixels at that width, that a figure may carry
+BOOK_MIN_PX = 8.5
 _SUB = {"offset": 0, "head": 1, "bias": 2, "mlp": 3, "emb": 4, "logits": 5}
 LEAVES = "leaves"  # the band of collapsed MLP and embedding nodes
 MIN_FONT = 5.0
+
+
+def book_font(fig) -> float:
+    """The smallest font (points) of ``fig`` that is :data:`BOOK_MIN_PX` pixels high once the figure
+    is shown :data:`BOOK_WIDTH_PX` pixels wide."""
+    return BOOK_MIN_PX * 72.0 * fig.get_figwidth() / BOOK_WIDTH_PX
 
 
 def collapse_leaves(g: nx.MultiDiGraph) -> nx.MultiDiGraph:
@@ -126,15 +143,18 @@ def _label(n, d) -> str:
 
 def draw_circuit(g: nx.MultiDiGraph, tokens: list[str], ax=None, title: str = "", *, collapse: bool = True,
                  max_font: float = 10.0):
-    """Layered drawing (x = layer, y = token position; module docstring); edge colour and style:
-    query side ('d', solid blue), key side ('s', dashed green), seed (red). ``collapse`` merges
-    MLP and embedding nodes into one node per layer (bottom band). Returns the axes."""
+    """Layered drawing (x = layer, y = token position; module docstring); edge colour and style as
+    in the viewer: query side ('d', solid blue), key side ('s', dashed orange), seed (red).
+    ``collapse`` merges MLP and embedding nodes into one node per layer (bottom band). Every text is
+    at least :func:`book_font` points; the figure grows taller when the rows need it. Returns the axes."""
     if collapse:
         g = collapse_leaves(g)
     n_cols = len({(-1 if d["kind"] == "emb" else d.get("layer")) for _, d in g.nodes(data=True)}) or 1
     if ax is None:
-        _, ax = plt.subplots(figsize=(max(6.0, 0.6 * n_cols + 2.5), 7.0))
+        _, ax = plt.subplots(figsize=(max(6.0, min(10.0, 0.6 * n_cols + 2.5)), 7.0))
     fig = ax.figure
+    small = book_font(fig)
+    max_font = max(max_font, small)
     box = ax.get_window_extent()
     height_pt, width_pt = box.height * 72 / fig.dpi, box.width * 72 / fig.dpi
     col_pt = width_pt / (n_cols + 0.4)
@@ -148,19 +168,24 @@ def draw_circuit(g: nx.MultiDiGraph, tokens: list[str], ax=None, title: str = ""
             for n in same:
                 labels[n] += f"\u2190{g.nodes[n].get('src')}"
     chars = max(map(len, labels.values()), default=1)
-    # the largest font whose labels fit beside their nodes and whose rows fit the axes' height
-    font = MIN_FONT
-    for f in [max_font - 0.5 * i for i in range(int((max_font - MIN_FONT) / 0.5) + 1)]:
+
+    def fit(f):
         spacing = max(1, math.ceil((chars * 0.62 * f + 1.6 * f) / col_pt))
         pos, layers, rows = circuit_layout(g, spacing)
-        n_rows = sum(h for *_, h in rows) or 1
+        return pos, layers, rows, sum(h for *_, h in rows) or 1
+
+    # the largest legible font whose labels fit beside their nodes and whose rows fit the axes' height
+    steps = int((max_font - small) / 0.5) + 1
+    for f in [max_font - 0.5 * i for i in range(steps)]:
+        pos, layers, rows, n_rows = fit(f)
         if 1.25 * f <= height_pt / (n_rows + 0.6):
             font = f
             break
-    else:
-        spacing = max(1, math.ceil((chars * 0.62 * font + 1.6 * font) / col_pt))
-        pos, layers, rows = circuit_layout(g, spacing)
-        n_rows = sum(h for *_, h in rows) or 1
+    else:  # the rows do not fit at the smallest legible font: the figure grows taller
+        font = small
+        pos, layers, rows, n_rows = fit(font)
+        need_pt = 1.25 * font * (n_rows + 0.6)
+        fig.set_figheight(fig.get_figheight() * need_pt / height_pt)
     node_size = (0.8 * font) ** 2
 
     for i, (b, top, h) in enumerate(rows):  # alternate band shading
@@ -172,13 +197,13 @@ def draw_circuit(g: nx.MultiDiGraph, tokens: list[str], ax=None, title: str = ""
         edges = [(u, v, d) for u, v, d in g.edges(data=True) if d.get("side") == side]
         if not edges:
             continue
-        for leaf, alpha in ((False, 0.5), (True, 0.18)):  # edges from collapsed leaves drawn light
+        for leaf, alpha in ((False, 0.55), (True, 0.2)):  # edges from collapsed leaves drawn light
             part = [(u, v, d) for u, v, d in edges if str(u).startswith("agg:") == leaf]
             if part:
                 nx.draw_networkx_edges(g, pos, edgelist=[(u, v) for u, v, _ in part], ax=ax, edge_color=color,
                                        style=style, alpha=alpha, arrows=True, arrowsize=6, node_size=node_size,
-                                       width=[0.4 + 1.8 * float(d.get("weight") or 0.0) / wmax for *_, d in part])
-        ax.plot([], [], color=color, ls=style, label=label)
+                                       width=[0.5 + 1.8 * float(d.get("weight") or 0.0) / wmax for *_, d in part])
+        ax.plot([], [], color=color, ls=style, lw=1.6, label=label)
     for kind, color in _COLORS.items():
         nodes = [n for n, d in g.nodes(data=True) if d["kind"] == kind]
         if nodes:
@@ -189,9 +214,12 @@ def draw_circuit(g: nx.MultiDiGraph, tokens: list[str], ax=None, title: str = ""
         ax.text(x + 0.12, y, labels[n], fontsize=font, va="center", ha="left", zorder=5, clip_on=False)
 
     has_logits = any(d["kind"] == "logits" for _, d in g.nodes(data=True))
+    names = ["E" if l < 0 else "out" if has_logits and l == layers[-1] else str(l) for l in layers]
+    tick_font = max(small, min(9.0, 0.5 * col_pt))
+    every = max(1, math.ceil(0.62 * tick_font * max(map(len, names)) * 1.6 / col_pt))  # room for each label
     ax.set_xticks(range(len(layers)))
-    ax.set_xticklabels(["E" if l < 0 else "out" if has_logits and l == layers[-1] else str(l) for l in layers],
-                       fontsize=max(5.0, min(9.0, 0.5 * col_pt)))
+    ax.set_xticklabels([t if i % every == 0 or t in ("E", "out") else "" for i, t in enumerate(names)],
+                       fontsize=tick_font)
     yticks, ylabels = [], []
     for b, top, h in rows:
         yticks.append(top + (h - 1) / 2)
@@ -201,15 +229,15 @@ def draw_circuit(g: nx.MultiDiGraph, tokens: list[str], ax=None, title: str = ""
             tok = tokens[b].replace("\n", "\\n") if tokens is not None and 0 <= b < len(tokens) else ""
             ylabels.append(f"{tok} [{b}]".strip())
     ax.set_yticks(yticks)
-    ax.set_yticklabels(ylabels, fontsize=max(6.0, min(9.0, font)))
+    ax.set_yticklabels(ylabels, fontsize=max(small, min(9.0, font)))
     ax.set_xlim(-0.4, len(layers) - 0.4)
     ax.set_ylim(n_rows - 0.4, -0.6)
     ax.grid(False)
     ax.tick_params(left=True, labelleft=True, bottom=True, labelbottom=True)
-    ax.set_xlabel("layer (E: embedding, out: logits)")
-    ax.set_ylabel("token position")
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.09), ncols=4, frameon=False)
-    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("layer (E: embedding, out: logits)", fontsize=max(small, 10.0))
+    ax.set_ylabel("token position", fontsize=max(small, 10.0))
+    ax.legend(fontsize=max(small, 7.0), loc="upper center", bbox_to_anchor=(0.5, -0.09), ncols=4, frameon=False)
+    ax.set_title(title, fontsize=max(small, 9.0))
     return ax
 
 

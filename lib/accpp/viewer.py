@@ -12,30 +12,42 @@ see :func:`compendium.plotting.prefixed`), from where ``compendium run --publish
 inline (:func:`show`), which is how the notebook's page in the book embeds it.
 
 The page needs no network: the circuit is inlined as JSON and drawn by a small script of our own
-(plain DOM + SVG, ``viewer_assets/viewer.js`` and ``viewer.css``, inlined into the page); a
-Content-Security-Policy forbids any other source. What the reader sees:
+(plain DOM + SVG: the parts ``viewer_assets/{base,model,layout,draw,panels}.js`` in one function
+scope, and ``viewer.css``, inlined into the page); a Content-Security-Policy forbids any other
+source. What the reader sees:
 
-- the prompt's tokens along the top, positions used by the circuit highlighted (the answer
-  position in red; hovering a firing marks its destination and source tokens);
-- the circuit laid out with x = layer (one column per layer the circuit uses, embedding at the
-  left, logits at the right) and y = token position (one band per position used; inside a band a
-  layer's nodes stack: bias offset, heads, output bias, MLP). Query-side edges run within a band,
-  key-side edges between bands; an edge that skips layers runs along a lane at the top of its
-  target's band and turns in the gaps between columns, so no edge crosses a node. Nodes are
-  labelled compactly (``A5.3`` head, ``M12`` MLP, ``E`` embedding, ``B5`` output bias, ``O5.3``
-  bias offset) with their positions (``14<-10``: destination <- source); with collapsed leaves,
-  one node per MLP layer (and one for the embedding) sits in a band of its own at the bottom;
+- a title and, unless the title already holds it, the prompt; the prompt's tokens, positions used
+  by the circuit highlighted (the answer position in red; hovering a firing marks its destination
+  and source tokens);
+- the circuit in one of two layouts. *Layers across*: x = layer (embedding at the left, logits at
+  the right), y = token position (one band per position used; inside a band a layer's nodes
+  stack: bias offset, heads, output bias, MLP); query-side edges run within a band, key-side edges
+  between bands, an edge that skips layers along a lane at the top of its target's band, so no
+  edge crosses a node. *Tokens across, layers up* (compact, the way circuits are usually drawn):
+  x = token position, y = layer, the embedding at the bottom and the logits at the top; it is
+  chosen by itself when the graph is wider than its frame (many layers), and a menu switches. In
+  both, the column labels stay at the top and the row labels at the left while the graph scrolls.
+  Nodes are labelled compactly (``A5.3`` head, ``M12`` MLP, ``E`` embedding, ``B5`` output bias,
+  ``O5.3`` bias offset) with their positions (``14<-10``: destination <- source);
 - hover (click to pin) a node for its firing: layer, head, destination and source tokens with
   their text, A_ds, tau, A_ds after removing each side's signal; an edge for its side (query "d",
   solid blue; key "s", dashed orange; seed, red), singular directions (greedy order), rank,
-  weight, drop, attribution and, when given, the signal's description and top contexts;
+  weight, drop, attribution and, when given, the signal's description with its judge score;
 - a layer-range filter, a toggle collapsing MLP and embedding leaves into one node per layer, a
-  minimum edge weight, a zoom, and a table of the edges below the graph (click a header to sort).
+  minimum edge weight, a zoom, the layout menu, a search (a token's text, ``L5`` / ``layer 5``,
+  ``A5.3`` / ``5.3``, a node's name such as ``M12``, or words of a description) that highlights
+  what matches, groups of the reader's own (shift- or ctrl-click nodes to select them, or select
+  the search matches; the group is drawn as one named node, and can be expanded again or
+  ungrouped), and a table of the edges below the graph (click a header to sort);
+- the view (filters, layout, search, groups, the pinned node or edge) is kept in the page's
+  address after ``#``, so a link reproduces it ("link to this view" shows it);
+- dark mode: the book's colour theme (its pages tell the framed viewers; a page that can read its
+  parent follows the parent's ``data-theme``), else the reader's system setting.
 
 Edge weights are the tracer's ``weight``; graphs without one (the ACC baseline's) use
 ``attribution`` or else ``share``.
 
-``descriptions`` (from a signal-interpretation study) maps a signal to a text. Keys, tried in
+``descriptions`` (from a signal-interpretation study) maps a signal to a description. Keys, tried in
 this order for each edge (component names without positions: ``A5.3``, ``M12``, ``E``, ``B5``,
 ``O5.3``; a full node id is accepted for the upstream component too; singular indices as a tuple,
 matched as a set):
@@ -45,8 +57,15 @@ matched as a set):
 3. ``(upstream, sing)``, e.g. ``("M0", (6, 26))`` (the brief's form: upstream component and SV
    indices, whatever head reads it).
 
-A value is a string (the description) or a dict with ``description`` (str) and optional
-``contexts`` (a list of strings, ``(text, value)`` pairs or ``{"text", "value"}`` dicts).
+A value is a string (a description without a score) or a dict with ``description`` (str) and
+optional ``contexts`` (a list of strings, ``(text, value)`` pairs or ``{"text", "value"}`` dicts),
+``score`` (the judge's score: a number, or ``{"own": x, "other": y}``, its balanced accuracy with
+this description and with another signal's), ``checks`` (the describer's own checks, a list of
+``{"check": text, "passed": bool}``), ``describer`` (its name) and ``others`` (descriptions of the
+same signal by other describers, dicts of the same form). The page shows a description only with
+its judge score (one without a score is named, not shown) and labels it "not informative" when
+one of its checks failed. The header says how many of the described signals are signals of the
+circuit drawn (a study usually describes the signals of several prompts' circuits).
 """
 from __future__ import annotations
 
@@ -189,12 +208,33 @@ def _norm_component(c, where: str) -> str:
     return c.split("@", 1)[0]  # a full node id names its component before '@'
 
 
-def _norm_value(v, where: str) -> dict:
+def _norm_score(score, where: str):
+    if isinstance(score, numbers.Real) and not isinstance(score, bool):
+        return _clean(score)
+    if isinstance(score, Mapping) and set(score) == {"own", "other"} and all(
+            isinstance(score[k], numbers.Real) and not isinstance(score[k], bool) for k in score):
+        return {"own": _clean(score["own"]), "other": _clean(score["other"])}
+    raise ValueError(f"descriptions[{where}]: 'score' must be a number or {{'own': number, 'other': number}}; "
+                     f"got {score!r}")
+
+
+def _norm_checks(checks, where: str) -> list[dict]:
+    if not isinstance(checks, Sequence) or isinstance(checks, (str, bytes)):
+        raise ValueError(f"descriptions[{where}]: 'checks' must be a list of {{'check': text, 'passed': bool}}")
+    out = []
+    for c in checks:
+        if not isinstance(c, Mapping) or not isinstance(c.get("check"), str) or not isinstance(c.get("passed"), bool):
+            raise ValueError(f"descriptions[{where}]: a check must be {{'check': text, 'passed': bool}}; got {c!r}")
+        out.append({"check": c["check"], "passed": c["passed"]})
+    return out
+
+
+def _norm_value(v, where: str, nested: bool = False) -> dict:
     if isinstance(v, str):
         return dict(description=v, contexts=[])
     if not isinstance(v, Mapping) or not isinstance(v.get("description"), str):
         raise ValueError(f"descriptions[{where}] must be a string or a dict with a 'description' string "
-                         f"(and optional 'contexts'); got {v!r}")
+                         f"(and optional 'contexts', 'score', 'checks', 'describer', 'others'); got {v!r}")
     contexts = []
     for c in v.get("contexts") or []:
         if isinstance(c, str):
@@ -206,8 +246,22 @@ def _norm_value(v, where: str) -> dict:
         else:
             raise ValueError(f"descriptions[{where}]: a context must be a string, a (text, value) pair or a "
                              f"{{'text', 'value'}} dict; got {c!r}")
-    extra = {k: _clean(x) for k, x in v.items() if k not in ("description", "contexts")}
-    return dict(description=v["description"], contexts=contexts, **extra)
+    out = dict(description=v["description"], contexts=contexts)
+    if v.get("score") is not None:
+        out["score"] = _norm_score(v["score"], where)
+    if v.get("checks") is not None:
+        out["checks"] = _norm_checks(v["checks"], where)
+    if v.get("describer") is not None:
+        if not isinstance(v["describer"], str):
+            raise ValueError(f"descriptions[{where}]: 'describer' must be a name (a string); got {v['describer']!r}")
+        out["describer"] = v["describer"]
+    if v.get("others"):
+        if nested or not isinstance(v["others"], Sequence) or isinstance(v["others"], (str, bytes)):
+            raise ValueError(f"descriptions[{where}]: 'others' must be a list of descriptions (not nested)")
+        out["others"] = [_norm_value(o, f"{where}.others[{i}]", nested=True) for i, o in enumerate(v["others"])]
+    extra = {k: _clean(x) for k, x in v.items()
+             if k not in ("description", "contexts", "score", "checks", "describer", "others")}
+    return {**out, **extra}
 
 
 def _index_descriptions(descriptions: Mapping) -> dict:
@@ -299,6 +353,9 @@ def _json_for_script(data) -> str:
     return text
 
 
+SCRIPT_PARTS = ("base.js", "model.js", "layout.js", "draw.js", "panels.js")
+
+
 def _asset(name: str) -> str:
     path = ASSETS / name
     if not path.is_file():
@@ -322,7 +379,12 @@ def render_html(circuit_or_graph, *, title: str, tokens=None, descriptions=None)
         f"<title>{html.escape(title)}</title>\n<style>\n{_asset('viewer.css')}\n</style>\n</head>\n<body>\n"
         "<div id=\"accpp-viewer\"><noscript>This circuit viewer needs JavaScript.</noscript></div>\n"
         f"<script type=\"application/json\" id=\"{DATA_ELEMENT_ID}\">{_json_for_script(data)}</script>\n"
-        f"<script>\n{_asset('viewer.js')}\n</script>\n</body>\n</html>\n")
+        f"<script>\n{_script()}\n</script>\n</body>\n</html>\n")
+
+
+def _script() -> str:
+    """The viewer's script: its parts in one function scope (they share their names)."""
+    return "(function () {\n'use strict';\n" + "\n".join(_asset(p) for p in SCRIPT_PARTS) + "\n})();"
 
 
 def write_html(circuit_or_graph, path, *, title: str, tokens=None, descriptions=None) -> Path:

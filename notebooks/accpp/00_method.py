@@ -518,8 +518,8 @@ edges_real.head(12)
 # ### Step 9: the recursion
 # The followed firing's signals from upstream heads become the next firings; those at or above their
 # own $\tau$ (and above layer 0, destination not token 0) are expanded in turn. Below, which of them the
-# rule expands, checked against the tracer's circuit, and the whole circuit (x: token, y: layer; blue:
-# query-side edges, green dashed: key-side edges, red: seeds).
+# rule expands, checked against the tracer's circuit, and the whole circuit (x: layer, y: token position; blue:
+# query-side edges, orange dashed: key-side edges, red: seeds).
 
 # %%
 g = circuit.graph

@@ -124,10 +124,10 @@ table[["order", "status", "logit_diff", "firings", "nodes", "edges", "signal_edg
        "seconds"]]
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(15, 7))
+fig, axes = plt.subplots(2, 1, figsize=(10, 14))
 for ax, c in zip(axes, circuits[:2]):
     figures.draw_circuit(c.graph, c.tokens, ax=ax, title=f"{c.meta['order']}: {c.meta['text']!r}")
-fig.suptitle(f"ACC++ circuits, {MODEL} (blue: query-side signals, green: key-side, red: seeds)")
+fig.suptitle(f"ACC++ circuits, {MODEL} (blue: query-side signals, orange dashed: key-side, red: seeds)")
 fig.tight_layout()
 plotting.savefig(fig, "accpp/01_ioi_circuits", profile=nb.profile)
 

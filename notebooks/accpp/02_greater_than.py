@@ -120,9 +120,9 @@ table.drop(columns=["mlp_layers"]).round(3)
 
 # %%
 c = circuits[biggest]
-fig, ax = plt.subplots(figsize=(12, 7))
+fig, ax = plt.subplots(figsize=(10, 7))
 figures.draw_circuit(c.graph, c.tokens, ax=ax, title=f"{c.meta['text']!r} + tens digit (YY={c.meta['yy']:02d})")
-fig.suptitle(f"ACC++ Greater-Than circuit, {MODEL} (blue: query-side signals, green: key-side, red: seeds)")
+fig.suptitle(f"ACC++ Greater-Than circuit, {MODEL} (blue: query-side signals, orange dashed: key-side, red: seeds)")
 plotting.savefig(fig, "accpp/02_greater_than_circuit", profile=nb.profile)
 
 # %% [markdown]

@@ -120,11 +120,11 @@ by_family.round(3)
 
 # %% [markdown]
 # ## 2. One circuit per model
-# The largest traced circuit of each model (red: seeds; blue: query-side signals; green: key-side).
+# The largest traced circuit of each model (red: seeds; blue: query-side signals; orange dashed: key-side).
 
 # %%
-fig, axes = plt.subplots(1, len(results), figsize=(9 * len(results), 6.5), squeeze=False)
-for ax, (m, r) in zip(axes[0], results.items()):
+fig, axes = plt.subplots(len(results), 1, figsize=(10, 7 * len(results)), squeeze=False)
+for ax, (m, r) in zip(axes[:, 0], results.items()):
     c = max(r["circuits"], key=lambda c: c.graph.number_of_nodes())
     figures.draw_circuit(c.graph, c.tokens, ax=ax, title=f"{m}: {c.meta['text']!r} -> {pr.PRONOUNS[c.meta['gender']]!r}")
 fig.suptitle("ACC++ gendered-pronoun circuits (largest traced prompt per model)")

@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from accpp import datasets, interpret, ioi, viewer
+from accpp import datasets, interpret, interpret_view, ioi, viewer
 from accpp.models import load_model
 from accpp.trace import Tracer
 from compendium import claims, notebook, plotting, profiles
@@ -132,7 +132,9 @@ plotting.savefig(fig, "accpp/07_signal_interpretation_contexts", profile=nb.prof
 # ## 3. Two describers
 # Both see the same contexts (the top contexts not held out), with the activating token in brackets.
 # The baseline lists the tokens most over-represented at the activating positions against the corpus;
-# the instruction model is prompted with the contexts and decodes greedily.
+# the instruction model is prompted with the contexts and decodes greedily. What they write is shown in
+# section 4, beside the judge's score of each description: a description alone says nothing about
+# whether it describes the signal.
 
 # %%
 t0 = clock()
@@ -143,8 +145,8 @@ t0 = clock()
 lm_desc = [interpret.lm_describe(model, tok, found.describe(i), max_new_tokens=MAX_NEW_TOKENS)
            for i in range(len(signals))]
 timings["describe"] = since(t0)
-print(f"instruction-model descriptions: {timings['describe']['wall']:.0f} s (CPU {timings['describe']['cpu']:.0f} s)")
-pd.DataFrame(dict(signal=[s.name for s in signals], baseline=baseline_desc, lm=lm_desc)).head(12)
+print(f"{len(lm_desc)} instruction-model descriptions: {timings['describe']['wall']:.0f} s "
+      f"(CPU {timings['describe']['cpu']:.0f} s); {len(baseline_desc)} baseline descriptions")
 
 # %% [markdown]
 # ## 4. The judge
@@ -187,18 +189,44 @@ pd.DataFrame({d: dict(ba_own=t["ba_own"].mean(), ba_other=t["ba_other"].mean(), 
               for d, t in (("instruction model", lm_table), ("token baseline", baseline_table))}).T.round(3)
 
 # %% [markdown]
-# ## 5. The circuit viewer with the descriptions
-# One page for the first traced prompt: hovering a signal edge shows its description (instruction
-# model, with the baseline's in brackets) and its top contexts. Only the interpreted signals carry one.
+# ### The descriptions, with their scores
+# Each description beside the judge's balanced accuracy with it (`ba_own`) and with another signal's
+# description (`ba_other`). A description is marked not informative (`informative` False) when a check
+# of its describer fails (`accpp.interpret_view`): the describer's descriptions as a whole do not beat
+# another signal's (the bootstrap interval of the mean gap above, not above 0), or the description
+# repeats one of the contexts it was shown (its first words appear in one: the 135M instruction model
+# often copies its first example instead of describing the contexts).
 
 # %%
-descs = interpret.descriptions_for_viewer(signals, [f"{a} [baseline: {b}]" for a, b in zip(lm_desc, baseline_desc)],
-                                          found, tok)
-page = viewer.write_html(circuits[0], nb.out / "07_signal_interpretation_viewer.html",
-                         title=f"{MODEL}: {circuits[0].meta['text']}", descriptions=descs)
-matched = viewer.page_data(circuits[0], title="", descriptions=descs)["descriptions"]
-print(f"viewer page with {matched['matched']} described edges: {page.name}")
-viewer.show(circuits[0], title=f"{MODEL}: {circuits[0].meta['text']}", descriptions=descs)
+described = [interpret_view.Described(name, texts, table, interpret_view.describer_check(table, n_boot=N_BOOT,
+                                                                                         seed=nb.seed))
+             for name, texts, table in (("instruction model", lm_desc, lm_table),
+                                        ("token baseline", baseline_desc, baseline_table))]
+desc_table = interpret_view.description_table(signals, described, found, tok)
+print(desc_table.groupby("describer")["informative"].agg(["sum", "size"])
+      .rename(columns={"sum": "informative", "size": "descriptions"}))
+desc_table.head(12).round(3)
+
+# %% [markdown]
+# ## 5. The circuit viewer with the descriptions
+# The page draws the circuit of **the first traced prompt** (printed below). The signals were collected
+# from the circuits of all the traced prompts, so only some of them are signals of this circuit: an edge
+# carries a description when it has the same upstream component, head, side and singular directions as an
+# interpreted signal, which the page's header counts as "matched"; the other signals are edges of the
+# other prompts' circuits only. Hovering a described edge shows the instruction model's description with
+# its judge score, the baseline's below it, and the top contexts; each is marked *not informative* where
+# a check of its describer failed (the table above).
+
+# %%
+descs = interpret_view.viewer_descriptions(signals, described, found, tok)
+title = f"{MODEL}: the circuit of traced prompt 1 of {len(circuits)}"
+page = viewer.write_html(circuits[0], nb.out / "07_signal_interpretation_viewer.html", title=title,
+                         descriptions=descs)
+matched = viewer.page_data(circuits[0], title=title, descriptions=descs)["descriptions"]
+print(f"prompt 1 of {len(circuits)}: {circuits[0].meta['text']!r}")
+print(f"{matched['matched']} of the {matched['given']} interpreted signals are signals of this circuit "
+      f"(the others come from the other prompts' circuits); page: {page.name}")
+viewer.show(circuits[0], title=title, descriptions=descs)
 
 # %% [markdown]
 # ## 6. The claim's check

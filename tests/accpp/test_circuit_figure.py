@@ -90,3 +90,59 @@ def test_a_head_firing_from_two_sources_names_each_source():
     figures.draw_circuit(g, [str(i) for i in range(10)], ax=ax)
     assert sorted(t.get_text() for t in ax.texts) == ["26.2\u21900", "26.2\u21903", "logit"]
     plt.close(fig)
+
+
+def _texts(fig, ax):
+    """Every non-empty text the figure shows: labels, ticks, axis labels, legend, title."""
+    out = [t for t in ax.texts if t.get_text()]
+    out += [t for t in ax.get_xticklabels() + ax.get_yticklabels() if t.get_text()]
+    out += [ax.xaxis.label, ax.yaxis.label, ax.title]
+    out += list(ax.get_legend().get_texts())
+    return out
+
+
+@pytest.mark.parametrize("width, collapse", [(10, True), (10, False), (15, True)])
+def test_every_text_is_legible_at_the_book_s_width(width, collapse):
+    g = _circuit()
+    fig, ax = plt.subplots(figsize=(width, 7))
+    figures.draw_circuit(g, [f"t{i}" for i in range(10)], ax=ax, title="t", collapse=collapse)
+    fig.canvas.draw()
+    smallest = figures.book_font(fig)
+    assert smallest == pytest.approx(figures.BOOK_MIN_PX * 72 * width / figures.BOOK_WIDTH_PX)
+    small = [(t.get_text(), t.get_fontsize()) for t in _texts(fig, ax) if t.get_fontsize() < smallest - 1e-9]
+    assert small == []
+    # labels still do not overlap at that size
+    r = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(r) for t in ax.texts if t.get_text()]
+    assert not any(boxes[i].overlaps(boxes[j]) for i in range(len(boxes)) for j in range(i))
+    plt.close(fig)
+
+
+def test_a_crowded_circuit_makes_the_figure_taller_not_its_labels_smaller():
+    g = _circuit(n_heads_per_cell=6)
+    fig, ax = plt.subplots(figsize=(10, 4))
+    figures.draw_circuit(g, [f"t{i}" for i in range(10)], ax=ax, collapse=False)
+    assert fig.get_figheight() > 4
+    assert min(t.get_fontsize() for t in ax.texts if t.get_text()) >= figures.book_font(fig) - 1e-9
+    plt.close(fig)
+
+
+def test_edges_take_the_viewer_s_style():
+    """Query side solid blue, key side dashed orange, seeds red: the viewer's colours (viewer.css)."""
+    from matplotlib.colors import to_rgb
+
+    g = _circuit()
+    fig, ax = plt.subplots(figsize=(10, 7))
+    figures.draw_circuit(g, [f"t{i}" for i in range(10)], ax=ax, collapse=False)
+    from pathlib import Path
+
+    css = (Path(figures.__file__).with_name("viewer_assets") / "viewer.css").read_text(encoding="utf-8")
+    for side, var in (("d", "--q"), ("s", "--k"), ("seed", "--seed")):
+        colour = figures._EDGE_STYLE[side][0]
+        assert f"{var}: {colour};" in css                     # the same colour as the viewer's light theme
+        drawn = [p for p in ax.patches if tuple(round(x, 3) for x in p.get_edgecolor()[:3]) ==
+                 tuple(round(x, 3) for x in to_rgb(colour))]
+        n = sum(d["side"] == side for *_, d in g.edges(data=True))
+        assert len(drawn) == n, side
+        assert {p.get_linestyle() for p in drawn} == ({"--"} if side == "s" else {"-"})
+    plt.close(fig)

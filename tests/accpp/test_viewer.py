@@ -266,7 +266,8 @@ def test_page_in_chromium(circuit, tmp_path):
     tokens = list(circuit.tokens)
     tokens[3] = EVIL
     first = next((u, d) for u, _, d in circuit.graph.edges(data=True) if d["side"] != "seed")
-    descs = {(first[0], tuple(first[1]["sing"])): {"description": "fake description", "contexts": ["context one"]}}
+    descs = {(first[0], tuple(first[1]["sing"])): {"description": "fake description", "contexts": ["context one"],
+                                                   "score": {"own": 0.75, "other": 0.5}}}
     path = viewer.write_html(circuit, tmp_path / "page.html", title="tiny", tokens=tokens, descriptions=descs)
     g = circuit.graph
     head = next(n for n, d in g.nodes(data=True) if d["kind"] == "head" and d.get("traced"))
@@ -302,6 +303,7 @@ def test_page_in_chromium(circuit, tmp_path):
             eid = next(e["id"] for e in embedded_data(path.read_text())["edges"] if "desc" in e)
             page.locator(f'g.edge[data-edge="{eid}"]').dispatch_event("mouseenter")
             assert "fake description" in tip.inner_text() and "context one" in tip.inner_text()
+            assert "judge: 0.750 with this description vs 0.500" in tip.inner_text()
             page.locator(f'g.edge[data-edge="{eid}"]').dispatch_event("click")
             assert "pinned" in tip.inner_text()
             page.keyboard.press("Escape")
