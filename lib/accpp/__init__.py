@@ -34,7 +34,12 @@ Public API (import the modules; nothing runs at import time):
   query or key input inside the real forward pass; metric, attention and residual-cosine effects.
 - ``accpp.clustering``: Jaccard distance matrices of circuits, average linkage (scipy), ARI / NMI
   (scikit-learn), permutation tests, dendrogram and heatmap figures.
-- ``accpp.figures``: layered circuit drawing, signal-rank histogram.
+- ``accpp.interpret``: automated interpretation of signals, scaled down (top contexts, describers, a
+  judge); ``accpp.interpret_view``: the descriptions as a reader sees them, each with its judge score
+  and its describer's checks.
+- ``accpp.viewer``: the interactive circuit viewer (one self-contained page per circuit).
+- ``accpp.figures``: layered circuit drawing in the viewer's colours, legible at the book's width,
+  signal-rank histogram.
 - ``accpp.testing``: tiny random float64 models of every supported family.
 """
 

@@ -62,6 +62,9 @@ class sizes and a median threshold it is the fraction of held-out top contexts a
 median). ``ba_own`` uses the signal's own description, ``ba_other`` the description of another
 signal (a seeded derangement). The claim's score is ``ba_own - ba_other`` per signal; its
 ``ci_low`` is the 2.5th percentile of a bootstrap over signals of the mean score.
+
+What a reader is shown of the descriptions (each with its judge score and its describer's checks,
+e.g. in the circuit viewer) is :mod:`accpp.interpret_view`.
 """
 from __future__ import annotations
 
@@ -85,7 +88,7 @@ from accpp.decompose import KIND_EMB, KIND_HEAD, KIND_MLP, Decomposition, finger
 __all__ = ["Signal", "CorpusSpec", "Context", "TopContexts", "signal_basis", "component_vector", "select_signals",
            "signal_activations", "corpus_windows", "top_contexts", "render_context", "baseline_describe",
            "lm_describe", "LMJudge", "balanced_accuracy", "derangement", "judge_signals", "bootstrap_mean_ci",
-           "measure_auto_interpretation", "descriptions_for_viewer", "SUPPORTED"]
+           "measure_auto_interpretation", "SUPPORTED"]
 
 SUPPORTED = ("llama", "gemma2", "gemma3_text")
 _KINDS = {"head": KIND_HEAD, "mlp": KIND_MLP, "emb": KIND_EMB}
@@ -760,12 +763,3 @@ def measure_auto_interpretation(table, baseline=None, config: dict | None = None
                  f"{b['score_gap_mean']:+.3f} (CI {b['score_gap_ci_low']:+.3f} to {b['score_gap_ci_high']:+.3f})")
     return Measurement(claim="accpp/auto-interpretation", values=values, evidence=evidence, tables=tables,
                        config=dict(config or {}), note=note)
-
-
-def descriptions_for_viewer(signals: Sequence[Signal], descriptions: Sequence[str], found: TopContexts,
-                            tokenizer, n_contexts: int = 3) -> dict:
-    """The viewer's ``descriptions=`` mapping: (upstream, downstream, side, sing) -> description and
-    the first ``n_contexts`` describer contexts (text with the activating token marked, value)."""
-    return {s.key: dict(description=d, contexts=[(render_context(tokenizer, c), c.value)
-                                                 for c in found.describe(i)[:n_contexts]])
-            for i, (s, d) in enumerate(zip(signals, descriptions))}

@@ -321,6 +321,22 @@ def test_the_tour_shows_every_paper_s_verdict_board(fixture_book, watched):
     w.assert_clean()
 
 
+def test_framed_viewers_follow_the_book_s_colour_theme(fixture_book, watched):
+    """The theme switch of the book's page reaches the sandboxed viewers it frames (inline in a notebook
+    page, and framed page files on a figures page)."""
+    html, _, _ = fixture_book
+    for rel in ("notebooks/00_tour.html", "figures/accpp.html"):
+        w = watched(f"theme-{rel.replace('/', '-')}")
+        w.page.goto((html / rel).as_uri(), wait_until="load")
+        assert check_viewers(w.page, rel) >= 1
+        for theme in ("dark", "light", "dark"):
+            w.page.evaluate(f"() => document.documentElement.setAttribute('data-theme', '{theme}')")
+            for frame in (f.element_handle().content_frame() for f in w.page.locator("iframe").all()):
+                frame.wait_for_function(f"() => document.documentElement.getAttribute('data-theme') === '{theme}'",
+                                        timeout=5_000)
+        w.assert_clean()
+
+
 def test_a_split_word_and_an_oversized_board_are_caught(watched, tmp_path):
     """check_words and check_boards fail on a page that splits words or has a board over one screen."""
     from compendium import board
