@@ -177,8 +177,11 @@ padding:1px 8px;line-height:1.35;border:0;text-align:left;vertical-align:middle;
 
 def _style_rules() -> str:
     rules = [STYLE]
-    for look in LOOKS.values():
-        rules.append(f".verdict-board .vb-{look.css}{{background:{look.background};color:{look.text}}}")
+    for status, look in LOOKS.items():
+        if status == NOT_RUN:  # no fill: readable on the book's light and dark themes alike
+            rules.append(f".verdict-board .vb-{look.css}{{background:transparent;color:inherit;opacity:.7}}")
+        else:
+            rules.append(f".verdict-board .vb-{look.css}{{background:{look.background};color:{look.text}}}")
     return "".join(rules)
 
 
