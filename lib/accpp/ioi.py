@@ -139,16 +139,23 @@ def measure_ioi_roles(role_sets: list[dict], null_sets: list[dict], role_table, 
                          f"(got {len(role_sets)} and {len(null_sets)})")
     if not all(isinstance(rs, dict) for rs in [*role_sets, *null_sets]):
         raise ValueError("measure_ioi_roles: each role set must be a dict {role: [heads]} (accpp.roles.circuit_roles)")
+    if len(null_sets) > len(role_sets):
+        raise ValueError(f"measure_ioi_roles: {len(null_sets)} null circuits for {len(role_sets)} traced prompts; "
+                         "the i-th null is the i-th traced prompt's")
+    from compendium.stats import paired_bootstrap_ci
+
     merged, null_merged = merge_roles(role_sets), merge_roles(null_sets)
     per_prompt = [_n_roles(rs) for rs in role_sets]
     null_per_prompt = [_n_roles(rs) for rs in null_sets]
+    paired = per_prompt[:len(null_per_prompt)]   # the prompts traced again for the null, each with its own
     null_roles = _n_roles(null_merged)
+    lo, hi = paired_bootstrap_ci(paired, null_per_prompt)
     model = (config or {}).get("model", "the model")
     return Measurement(
         claim="accpp/ioi-circuit-roles",
         values=dict(n_roles=_n_roles(merged), ioi_accuracy=float(accuracy),
-                    role_excess_per_prompt=float(sum(per_prompt) / len(per_prompt)
-                                                 - sum(null_per_prompt) / len(null_per_prompt)),
+                    role_excess_per_prompt=float(sum(paired) / len(paired) - sum(null_per_prompt) / len(null_per_prompt)),
+                    role_excess_ci_low=lo, role_excess_ci_high=hi,
                     n_null_prompts=len(null_per_prompt)),
         evidence=dict(per_prompt_roles=per_prompt, null_roles=null_roles, null_per_prompt=null_per_prompt,
                       roles={r: merged.get(r, []) for r in ROLES}, null={r: null_merged.get(r, []) for r in ROLES}),

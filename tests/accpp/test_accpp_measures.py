@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from compendium import claims
+from compendium import claims, stats
 from tests.ledger_helpers import fits_ledger
 
 
@@ -58,14 +58,24 @@ def test_ioi_roles():
 
     r0, r1, r2 = ROLES[0], ROLES[1], ROLES[2]
     role_sets = [{r0: ["9.1"], r1: ["7.3"], "other": ["0.1"]}, {r0: ["10.0"], r2: ["1.2"]}]  # union: 3 roles
+    role_sets.append({r0: ["9.1"]})
     null_sets = [{r0: ["9.1"]}, {}, {r1: []}]  # per prompt 1, 0, 0 (an empty list is no role)
     m = measure_ioi_roles(role_sets, null_sets, pd.DataFrame(), accuracy=0.5)
-    assert m.values == dict(n_roles=3, ioi_accuracy=0.5, role_excess_per_prompt=2 - 1 / 3, n_null_prompts=3)
-    assert m.evidence["per_prompt_roles"] == [2, 2] and m.evidence["null_per_prompt"] == [1, 0, 0]
+    # paired by prompt: (2 - 1, 2 - 0, 1 - 0), the interval from resampling those three differences
+    assert {k: m.values[k] for k in ("n_roles", "ioi_accuracy", "n_null_prompts")} == dict(n_roles=3, ioi_accuracy=0.5,
+                                                                                          n_null_prompts=3)
+    assert m.values["role_excess_per_prompt"] == pytest.approx(4 / 3)
+    assert (m.values["role_excess_ci_low"], m.values["role_excess_ci_high"]) == stats.paired_bootstrap_ci([2, 2, 1], [1, 0, 0])
+    assert m.evidence["per_prompt_roles"] == [2, 2, 1] and m.evidence["null_per_prompt"] == [1, 0, 0]
     assert m.evidence["roles"][r0] == ["9.1", "10.0"]  # merged, sorted by (layer, head)
     assert "other" not in m.evidence["roles"]  # only the known roles count
     assert m.evidence["null_roles"] == 1 and m.config["n_null"] == 3
     fits_ledger(m)
+    # a traced prompt without a null is left out of the paired excess
+    m2 = measure_ioi_roles(role_sets + [{r0: ["1.1"], r1: ["2.2"], r2: ["3.3"]}], null_sets, pd.DataFrame(), 0.5)
+    assert m2.values["role_excess_per_prompt"] == pytest.approx(4 / 3) and m2.values["n_roles"] == 3
+    with pytest.raises(ValueError, match="4 null circuits for 3 traced prompts"):
+        measure_ioi_roles(role_sets, null_sets + [{}], pd.DataFrame(), 1.0)
     with pytest.raises(ValueError, match="null circuits"):
         measure_ioi_roles(role_sets, [], pd.DataFrame(), 1.0)
     with pytest.raises(ValueError, match="must be a dict"):
@@ -78,10 +88,15 @@ def test_smaller_than_acc():
     t = pd.DataFrame(dict(accpp_nodes=[10, 20], acc_nodes=[30, 100], legacy_nodes=[50, 40],
                           acc_truncated=[False, True], legacy_truncated=[False, False]))
     m = measure_smaller_than_acc(t, accuracy=0.9)
-    assert m.values == dict(size_ratio=(3 + 5) / 2, ioi_accuracy=0.9, n_compared=2)
-    assert m.evidence["legacy_ratio"] == (5 + 2) / 2 and m.evidence["ratios"] == [3.0, 5.0]
+    # ratios 3 and 5 aggregate as their geometric mean, with the interval over prompts
+    assert m.values["size_ratio"] == pytest.approx(15 ** 0.5) and m.evidence["arithmetic_mean_ratio"] == 4.0
+    assert (m.values["size_ratio_ci_low"], m.values["size_ratio_ci_high"]) == stats.geometric_mean_ci([3.0, 5.0])
+    assert m.values["ioi_accuracy"] == 0.9 and m.values["n_compared"] == 2
+    assert m.evidence["legacy_ratio"] == pytest.approx(10 ** 0.5) and m.evidence["ratios"] == [3.0, 5.0]
     assert m.evidence["any_truncated"] is True and m.evidence["legacy_any_truncated"] is False
     assert m.evidence["direction"] == "within"
+    wide = measure_smaller_than_acc(t.assign(acc_nodes=[15, 300]), accuracy=0.9)    # ratios 1.5 and 15
+    assert wide.evidence["direction"] == "straddles"
     assert "ratio" not in t  # the caller's table is left alone
     fits_ledger(m)
     with pytest.raises(ValueError, match="acc_nodes"):
