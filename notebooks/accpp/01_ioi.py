@@ -41,7 +41,7 @@ from accpp.graph import save_circuit, signal_ranks
 from accpp.models import load_model
 from accpp.multilingual import component_set, jaccard
 from accpp.trace import TraceConfig, Tracer
-from compendium import claims, notebook, plotting, profiles
+from compendium import claims, notebook, plotting
 
 nb = notebook.start("accpp/01_ioi", PROFILE, SEED, DEVICE, threads=1)
 # The registered protocol (papers/accpp/claims.yaml, shared by this notebook's four claims): model,

@@ -174,7 +174,9 @@ def test_component_reuse():
                                 config=dict(model="tiny"))
     assert m.values["reuse_gap"] == pytest.approx(0.5, abs=1e-15)
     assert m.values["frac_pairs_component_gt_signal"] == 2 / 3
-    assert m.values["min_language_accuracy"] == 0.7 and m.values["specificity_gap_ci_low"] == 0.05
+    assert m.values["min_language_accuracy"] == 0.7 and m.values["specificity_gap"] == 0.25
+    assert (m.values["specificity_gap_ci_low"], m.values["specificity_gap_ci_high"]) == (0.05, 0.45)
+    assert m.unit.startswith("signal minus component specificity")
     assert m.evidence["specificity"]["signals_corrected"]["specificity"] == pytest.approx(0.45)
     assert m.evidence["signal_minus_component_specificity"]["plain"]["gap"] == 0.3
     assert "components +0.15, signals +0.45" in m.note and "+0.25 (95% CI +0.05 to +0.45)" in m.note
@@ -198,9 +200,11 @@ def test_es_pt_closest():
     d = np.array([[0, .5, .4, .6], [.5, 0, .3, .1], [.4, .3, 0, .35], [.6, .1, .35, 0]])
     D = pd.DataFrame(d, index=langs, columns=langs)
     S = pd.DataFrame(d[::-1, ::-1], index=langs, columns=langs)  # reversed: closest en-es ... computed below
-    boot = dict(frac_closest=0.875, margin=0.2)
+    boot = dict(frac_closest=0.875, margin=-0.2, margin_ci_low=-0.3, margin_ci_high=0.05)
     m = measure_es_pt_closest(D, S, True, boot, dict(en=1.0, pt=0.6), n_parallel=4)
-    assert m.values == dict(es_pt_closest=True, closest_pair_stable=True, min_language_accuracy=0.6)
+    assert m.values == dict(es_pt_margin=-0.2, es_pt_margin_ci_low=-0.3, es_pt_margin_ci_high=0.05, es_pt_closest=True,
+                            min_language_accuracy=0.6, n_parallel_prompts=4)
+    assert m.evidence["closest_pair_stable"] is True and "-0.200 (95% CI -0.300 to +0.050)" in m.note
     assert m.evidence["closest"] == "es-pt" and m.evidence["distance"] == 0.1
     assert m.evidence["margin"] == pytest.approx(0.3 - 0.1)  # next closest: es-fr
     s_min = min((S.loc[a, b], a, b) for i, a in enumerate(langs) for b in langs[i + 1:])
@@ -213,6 +217,8 @@ def test_es_pt_closest():
         measure_es_pt_closest(D.iloc[:, :3], S, True, boot, dict(en=1.0), 4)
     with pytest.raises(ValueError, match="no per-language accuracy"):
         measure_es_pt_closest(D, S, True, boot, {}, 4)
+    with pytest.raises(ValueError, match="boot lacks 'margin_ci_low'"):
+        measure_es_pt_closest(D, S, True, dict(frac_closest=0.5, margin=0.1), dict(en=1.0), 4)
 
 
 # ----------------------------------------------------------------------------- 04_signal_interventions
