@@ -166,6 +166,7 @@ def measure_scaling_trend(fits: dict[str, dict], grid, fit_table, baselines, dat
         evidence={"exponents": exponents, "baseline_mean": baseline_mean,
                   "r2": {a: {k: f[k]["r2"] for k in f} for a, f in fits.items()}},
         tables={"03_scaling_grid": grid, "03_scaling_fits": fit_table}, config=dict(config or {}),
+        unit="ratio of fitted exponents (ProtoT's / the baselines' mean), vs training tokens",
         note=(f"ppl = c x^a; vs non-embedding params at {data_tokens[-1]:,} tokens and vs tokens at the largest size; "
               f"{profile} profile: {len(size_names)} sizes {list(size_names)}, our offline corpus and "
               f"12k BPE. ProtoT's exponents: {p['vs_params']:.3f} (params), {p['vs_tokens']:.3f} (tokens); the "
