@@ -149,7 +149,8 @@ for i, c in enumerate(circuits[:2]):
 # ## 3. Signal ranks and exactness
 
 # %%
-ranks = [r for c in circuits for r in signal_ranks(c.graph)]
+ranks_per_circuit = [signal_ranks(c.graph) for c in circuits]
+ranks = [r for rs in ranks_per_circuit for r in rs]
 rank1 = sum(r == 1 for r in ranks) / len(ranks)
 fig, ax = plt.subplots(figsize=(5, 3))
 figures.rank_histogram([c.graph for c in circuits], ax=ax, title=f"signal ranks, {len(circuits)} prompts ({MODEL})")
@@ -237,7 +238,7 @@ config = dict(model=MODEL, n_behaviour=N_BEHAVIOUR, n_traced=len(circuits), vari
 accuracy = float(metrics.accuracy)
 measurements = [
     ioi.measure_candidates_exact(exact, config=config),
-    ioi.measure_signals_rank1(ranks, table, accuracy, config=config),
+    ioi.measure_signals_rank1(ranks_per_circuit, table, accuracy, config=config),
     ioi.measure_ioi_roles(role_sets, null_sets, role_table, accuracy, config=config),
     measure_smaller_than_acc(acc_table, accuracy, config=config),
 ]

@@ -41,15 +41,23 @@ def test_candidates_exact():
 def test_signals_rank1():
     from accpp.ioi import measure_signals_rank1
 
-    m = measure_signals_rank1([1, 2, 1, 1, 3], pd.DataFrame(dict(nodes=[4, 5])), accuracy=0.75)
-    assert m.values == dict(rank1_fraction=3 / 5, ioi_accuracy=0.75, n_signals=5)
-    assert m.evidence["rank_counts"] == {1: 3, 2: 1, 3: 1}
+    per = [[1, 2, 1], [1, 3]]
+    m = measure_signals_rank1(per, pd.DataFrame(dict(nodes=[4, 5])), accuracy=0.75)
+    assert {k: m.values[k] for k in ("rank1_fraction", "ioi_accuracy", "n_signals", "n_circuits")} == dict(
+        rank1_fraction=3 / 5, ioi_accuracy=0.75, n_signals=5, n_circuits=2)
+    # circuits resampled whole: the interval's resamples are (2+2)/6, (2+1)/5, (1+1)/4
+    by_hand = stats.bootstrap_paired_ci(lambda a, n: a.sum(1) / n.sum(1), [2.0, 1.0], [3.0, 2.0])
+    assert (m.values["rank1_ci_low"], m.values["rank1_ci_high"]) == by_hand
+    assert 0.5 <= by_hand[0] < 3 / 5 < by_hand[1] <= 2 / 3
+    assert m.evidence["rank_counts"] == {1: 3, 2: 1, 3: 1} and m.evidence["rank1_per_circuit"] == [0.667, 0.5]
     assert "over 2 IOI prompts" in m.note
     fits_ledger(m)
     with pytest.raises(ValueError, match="no signal edges"):
-        measure_signals_rank1([], pd.DataFrame(), 1.0)
+        measure_signals_rank1([[]], pd.DataFrame(), 1.0)
+    with pytest.raises(ValueError, match="per circuit"):
+        measure_signals_rank1([1, 2], pd.DataFrame(), 1.0)
     with pytest.raises(ValueError, match="rank below 1"):
-        measure_signals_rank1([1, 0], pd.DataFrame(), 1.0)
+        measure_signals_rank1([[1, 0]], pd.DataFrame(), 1.0)
 
 
 def test_ioi_roles():
