@@ -170,7 +170,7 @@ assert table.disentanglement.between(0, 1).all() and classes.n <= N_CLASSES
 assert all(s.match == min(u.count for u in units) for s in scores)
 m = D.measure(table, prototypes=kinds[0], heads=kinds[1], sae=kinds[2],
               nulls={kinds[0]: kinds[3], kinds[1]: kinds[4], kinds[2]: kinds[5]},
-              sae_explained_variance=ev, n_classes=classes.n,
+              sae_explained_variance=ev, n_classes=classes.n, per_unit=per_unit, seed=nb.seed,
               config={"protot": pretrained.describe(PROTOT_MODEL), "llama": pretrained.describe(LLAMA_MODEL),
                       "blocks": N_BLOCKS, "context": CONTEXT, "n_classes": N_CLASSES, "min_count": MIN_COUNT,
                       "threshold": THRESHOLD, "min_active": MIN_ACTIVE, "n_subsets": N_SUBSETS,
