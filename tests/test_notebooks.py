@@ -1,6 +1,7 @@
 """Every notebook: paired, headed by its claim, parametrised, and executed by papermill at the
-cpu profile into a temporary run folder, recording every claim that claims.yaml assigns to it
-and changing no tracked file of the repository."""
+smoke profile (the cpu profile's code with the smaller protocols claims.yaml registers for tests)
+into a temporary run folder, recording every claim that claims.yaml assigns to it and changing no
+tracked file of the repository."""
 from __future__ import annotations
 
 import json
@@ -53,11 +54,11 @@ def test_header_and_parameters(name):
 @pytest.mark.notebook
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_notebook_executes_at_cpu_profile(name, tmp_path, monkeypatch):
+def test_notebook_executes_at_smoke_profile(name, tmp_path, monkeypatch):
     run = tmp_path / "run"
     monkeypatch.setenv("COMPENDIUM_RUN_DIR", str(run))
     tracked_before = provenance.changed_tracked_files()
-    res = runner.run_notebook(name, profile="cpu", seed=0, output_dir=tmp_path / "out", progress=False)
+    res = runner.run_notebook(name, profile="smoke", seed=0, output_dir=tmp_path / "out", progress=False)
     assert res.output.exists() and res.run_dir == run.resolve()
     assert json.loads((run / "status.json").read_text())["notebooks"][name]["status"] == "completed"
     # a notebook writes only into its run folder: no tracked file of the repository changed
@@ -67,8 +68,8 @@ def test_notebook_executes_at_cpu_profile(name, tmp_path, monkeypatch):
     assert not changed, f"tracked files changed while {name} ran (by the notebook, or by an edit made meanwhile): {changed}"
     owned = [c for p in claims.paper_ids() for c in claims.load_paper(p).claims.values() if c.notebook == name]
     for c in owned:
-        path = run / "results" / c.paper / f"{c.id}.cpu.json"
+        path = run / "results" / c.paper / f"{c.id}.smoke.json"
         assert path.exists(), f"{name} did not record {c.key}"
         entry = json.loads(path.read_text())
-        assert entry["profile"] == "cpu" and entry["value"] is not None
+        assert entry["profile"] == "smoke" and entry["value"] is not None
         assert entry["verdict"] in claims.VERDICTS

@@ -251,7 +251,8 @@ def _firing_contributors(solver: FiringSolver, arch, cfg: ACCConfig, L: int, a: 
 
 
 def measure_smaller_than_acc(acc_table, accuracy: float, config: dict | None = None):
-    """Claim accpp/smaller-than-acc: mean ACC / ACC++ node ratio over prompts traced by both.
+    """Claim accpp/smaller-than-acc: geometric mean ACC / ACC++ node ratio over prompts traced by
+    both, with its bootstrap interval over prompts (``compendium.stats.geometric_mean_ci``).
 
     ``acc_table``: one row per prompt with ``accpp_nodes``, ``acc_nodes``, ``legacy_nodes`` (the raw-score
     baseline, :meth:`ACCConfig.legacy`), ``acc_truncated`` and ``legacy_truncated``; the ratio columns
@@ -270,14 +271,21 @@ def measure_smaller_than_acc(acc_table, accuracy: float, config: dict | None = N
     t = acc_table.copy()
     t["ratio"] = t["acc_nodes"] / t["accpp_nodes"]
     t["legacy_ratio"] = t["legacy_nodes"] / t["accpp_nodes"]
-    ratio, legacy = float(t["ratio"].mean()), float(t["legacy_ratio"].mean())
+    from compendium.stats import geometric_mean, geometric_mean_ci
+
+    ratio, legacy = geometric_mean(t["ratio"]), geometric_mean(t["legacy_ratio"])
+    lo, hi = geometric_mean_ci(t["ratio"])
     model = (config or {}).get("model", "the model")
     return Measurement(
         claim="accpp/smaller-than-acc",
-        values=dict(size_ratio=ratio, ioi_accuracy=float(accuracy), n_compared=len(t)),
-        evidence=dict(ratios=t["ratio"].round(3).tolist(), legacy_ratio=legacy,
+        values=dict(size_ratio=ratio, size_ratio_ci_low=lo, size_ratio_ci_high=hi, ioi_accuracy=float(accuracy),
+                    n_compared=len(t)),
+        evidence=dict(ratios=t["ratio"].round(3).tolist(), arithmetic_mean_ratio=float(t["ratio"].mean()),
+                      legacy_ratio=legacy,
                       any_truncated=bool(t["acc_truncated"].any()), legacy_any_truncated=bool(t["legacy_truncated"].any()),
-                      direction="below" if ratio < 2 else "above" if ratio > 10 else "within"),
+                      direction="below" if hi < 2 else "above" if lo > 10 else "within" if 2 <= lo and hi <= 10
+                      else "straddles"),
         tables={"01_ioi_acc": t}, config=dict(config or {}) | dict(acc="authors' ACC (ACCConfig())"),
-        note=f"mean ACC/ACC++ node ratio over {len(t)} IOI prompts of {model}; the project's first "
+        note=f"geometric mean ACC/ACC++ node ratio over {len(t)} IOI prompts of {model} (95% interval "
+             f"{lo:.2f}-{hi:.2f}); the project's first "
              f"baseline (raw score, all singular directions) gives {legacy:.1f}")

@@ -87,6 +87,9 @@ class GTPrompt:
     mode: str  # "digits" or "pairs"
     pos: dict = field(hash=False, compare=False)  # "yy": positions of the start year's YY tokens, "end"
     family: str = "paper"  # the template family (accpp.families.GT_FAMILIES)
+    # whether a token of the correct answer set at the traced position (:func:`trace_target`) occurs
+    # in the traced input: a head could then copy an answer from the prompt
+    answer_in_prompt: bool = False
 
     def ids(self) -> torch.Tensor:
         return torch.tensor(self.input_ids)
@@ -131,7 +134,13 @@ def make_prompt(tokenizer, noun: str, century: int, yy: int, mode: str | None = 
     yy_pos = list(range(len(start) - n_yy, len(start)))
     if ids[: len(start)] != start:
         raise YearTokenization(f"{text!r}: the start year's tokens are not a prefix of the prompt's")
-    return GTPrompt(noun, century, yy, text, tuple(ids), mode, {"yy": yy_pos, "end": len(ids) - 1}, family)
+    if mode == "pairs":
+        traced, correct = ids, pair_ids(tokenizer)[yy + 1:]
+    else:
+        digits = digit_ids(tokenizer)
+        traced, correct = ids + [digits[yy // 10]], digits[yy % 10 + 1:]
+    return GTPrompt(noun, century, yy, text, tuple(ids), mode, {"yy": yy_pos, "end": len(ids) - 1}, family,
+                    answer_in_prompt=bool(set(correct) & set(traced)))
 
 
 def gt_prompts(tokenizer, n: int = 256, seed: int = 0, nouns: list[str] | None = None, centuries=CENTURIES,

@@ -718,7 +718,8 @@ def judge_signals(judge, descriptions: Sequence[str], found: TopContexts, seed: 
                          other_description=descriptions[other[i]],
                          ba_own=balanced_accuracy(s_own[:m], s_own[m:]),
                          ba_other=balanced_accuracy(s_oth[:m], s_oth[m:]),
-                         score_own_top=float(np.mean(s_own[:m])), score_own_random=float(np.mean(s_own[m:]))))
+                         score_own_top=float(np.mean(s_own[:m])), score_own_random=float(np.mean(s_own[m:])),
+                         n_heldout=m))
     df = pd.DataFrame(rows)
     df["gap"] = df["ba_own"] - df["ba_other"]
     return df
@@ -728,17 +729,20 @@ def _summary(table, n_boot: int, seed: int) -> dict:
     lo, hi = bootstrap_mean_ci(table["gap"].to_numpy(), n_boot=n_boot, seed=seed)
     return dict(score_gap_mean=float(table["gap"].mean()), score_gap_ci_low=lo, score_gap_ci_high=hi,
                 ba_own_mean=float(table["ba_own"].mean()), ba_other_mean=float(table["ba_other"].mean()),
-                n_signals=int(len(table)))
+                n_signals=int(len(table)), heldout_per_signal=int(table["n_heldout"].min()))
 
 
 def measure_auto_interpretation(table, baseline=None, config: dict | None = None, n_boot: int = 2000,
                                 seed: int = 0):
     """Claim accpp/auto-interpretation from :func:`judge_signals` tables: ``table`` of the LM describer
-    (the claim's value), ``baseline`` of the token-statistics describer (evidence)."""
+    (the claim's value: the mean gap with its bootstrap interval over signals), ``baseline`` of the
+    token-statistics describer (evidence). ``heldout_per_signal`` (the fewest held-out contexts of a
+    signal) sets the balanced accuracy's resolution, 1 / (2 x held-out), which the claim's power
+    precondition reads."""
     from compendium.claims import Measurement
     import pandas as pd
 
-    need = ("ba_own", "ba_other", "gap")
+    need = ("ba_own", "ba_other", "gap", "n_heldout")
     for name, t in (("table", table), ("baseline", baseline)):
         if t is None:
             continue

@@ -95,27 +95,40 @@ def measure_candidates_exact(exact, config: dict | None = None):
              f"float32 model's residual: {vs_model:.1e} (float32 rounding)")
 
 
-def measure_signals_rank1(ranks: list[int], circuits_table, accuracy: float, config: dict | None = None):
-    """Claim accpp/signals-rank1: the fraction of traced signal edges of rank 1, over all traced circuits.
+def measure_signals_rank1(ranks_per_circuit: list[list[int]], circuits_table, accuracy: float,
+                          config: dict | None = None):
+    """Claim accpp/signals-rank1: the fraction of traced signal edges of rank 1, over all traced circuits,
+    with a cluster-bootstrap interval (circuits resampled, each with all its signals: signals of one
+    prompt are not independent).
 
-    ``ranks``: the ranks of every signal edge (:func:`accpp.graph.signal_ranks` of each circuit);
+    ``ranks_per_circuit``: per circuit, the ranks of its signal edges (:func:`accpp.graph.signal_ranks`);
     ``circuits_table``: one :func:`circuit_row` per circuit (the figure's table).
     """
     from compendium.claims import Measurement
+    from compendium.stats import bootstrap_paired_ci
+    import numpy as np
     import pandas as pd
 
+    if not ranks_per_circuit or any(isinstance(r, (int, np.integer)) for r in ranks_per_circuit):
+        raise ValueError("measure_signals_rank1: give the signal ranks per circuit (a list of lists)")
+    ranks = [int(r) for rs in ranks_per_circuit for r in rs]
     if len(ranks) == 0:
         raise ValueError("measure_signals_rank1: no signal edges (empty ranks)")
-    if any(int(r) < 1 for r in ranks):
+    if any(r < 1 for r in ranks):
         raise ValueError(f"measure_signals_rank1: a rank below 1 in {sorted(set(ranks))}")
+    ones = np.array([sum(int(r) == 1 for r in rs) for rs in ranks_per_circuit], dtype=float)
+    sizes = np.array([len(rs) for rs in ranks_per_circuit], dtype=float)
+    lo, hi = bootstrap_paired_ci(lambda a, n: a.sum(1) / np.maximum(n.sum(1), 1), ones, sizes)
     model = (config or {}).get("model", "the model")
     return Measurement(
         claim="accpp/signals-rank1",
-        values=dict(rank1_fraction=sum(r == 1 for r in ranks) / len(ranks), ioi_accuracy=float(accuracy),
-                    n_signals=len(ranks)),
-        evidence=dict(rank_counts=pd.Series(ranks).value_counts().sort_index().to_dict()),
+        values=dict(rank1_fraction=sum(r == 1 for r in ranks) / len(ranks), rank1_ci_low=lo, rank1_ci_high=hi,
+                    ioi_accuracy=float(accuracy), n_signals=len(ranks), n_circuits=len(ranks_per_circuit)),
+        evidence=dict(rank_counts=pd.Series(ranks).value_counts().sort_index().to_dict(),
+                      rank1_per_circuit=(ones / np.maximum(sizes, 1)).round(3).tolist()),
         tables={"01_ioi_circuits": circuits_table}, config=dict(config or {}),
-        note=f"{len(ranks)} signal edges over {len(circuits_table)} IOI prompts of {model}")
+        note=f"{len(ranks)} signal edges over {len(circuits_table)} IOI prompts of {model}; 95% interval "
+             f"{lo:.3f}-{hi:.3f} (circuits resampled)")
 
 
 def _n_roles(role_set: dict) -> int:
@@ -139,16 +152,23 @@ def measure_ioi_roles(role_sets: list[dict], null_sets: list[dict], role_table, 
                          f"(got {len(role_sets)} and {len(null_sets)})")
     if not all(isinstance(rs, dict) for rs in [*role_sets, *null_sets]):
         raise ValueError("measure_ioi_roles: each role set must be a dict {role: [heads]} (accpp.roles.circuit_roles)")
+    if len(null_sets) > len(role_sets):
+        raise ValueError(f"measure_ioi_roles: {len(null_sets)} null circuits for {len(role_sets)} traced prompts; "
+                         "the i-th null is the i-th traced prompt's")
+    from compendium.stats import paired_bootstrap_ci
+
     merged, null_merged = merge_roles(role_sets), merge_roles(null_sets)
     per_prompt = [_n_roles(rs) for rs in role_sets]
     null_per_prompt = [_n_roles(rs) for rs in null_sets]
+    paired = per_prompt[:len(null_per_prompt)]   # the prompts traced again for the null, each with its own
     null_roles = _n_roles(null_merged)
+    lo, hi = paired_bootstrap_ci(paired, null_per_prompt)
     model = (config or {}).get("model", "the model")
     return Measurement(
         claim="accpp/ioi-circuit-roles",
         values=dict(n_roles=_n_roles(merged), ioi_accuracy=float(accuracy),
-                    role_excess_per_prompt=float(sum(per_prompt) / len(per_prompt)
-                                                 - sum(null_per_prompt) / len(null_per_prompt)),
+                    role_excess_per_prompt=float(sum(paired) / len(paired) - sum(null_per_prompt) / len(null_per_prompt)),
+                    role_excess_ci_low=lo, role_excess_ci_high=hi,
                     n_null_prompts=len(null_per_prompt)),
         evidence=dict(per_prompt_roles=per_prompt, null_roles=null_roles, null_per_prompt=null_per_prompt,
                       roles={r: merged.get(r, []) for r in ROLES}, null={r: null_merged.get(r, []) for r in ROLES}),

@@ -404,12 +404,14 @@ def measure_component_reuse(similarity: dict[str, float], pairs: pd.DataFrame, w
         claim="accpp/multilingual-component-reuse",
         values=dict(reuse_gap=similarity["components"] - similarity["signals"],
                     frac_pairs_component_gt_signal=float((pairs["components"] > pairs["signals"]).mean()),
-                    min_language_accuracy=_min_accuracy(accuracy, who), specificity_gap_ci_low=g["ci_low"],
+                    min_language_accuracy=_min_accuracy(accuracy, who), specificity_gap=float(g["gap"]),
+                    specificity_gap_ci_low=g["ci_low"], specificity_gap_ci_high=g["ci_high"],
                     n_parallel_prompts=n_parallel),
         evidence=dict(similarity=similarity, within_language=within, specificity=spec,
                       signal_minus_component_specificity={("corrected" if k else "plain"): v for k, v in gap.items()}),
         tables={"03_multilingual_specificity": specificity.reset_index(), "03_multilingual_pairs": pairs},
-        config=dict(config or {}), unit="component minus signal cross-language Jaccard similarity",
+        config=dict(config or {}),
+        unit="signal minus component specificity (1 - cross / null, chance-corrected Jaccard)",
         note=(f"{(config or {}).get('model', 'the model')}, {n_parallel} parallel prompts; against the within-language "
               f"null (other names), specificity (1 - cross/null, chance-corrected Jaccard): components "
               f"{spec['components_corrected']['specificity']:+.2f}, signals {spec['signals_corrected']['specificity']:+.2f}; "
@@ -418,7 +420,8 @@ def measure_component_reuse(similarity: dict[str, float], pairs: pd.DataFrame, w
 
 def measure_es_pt_closest(dist_components: pd.DataFrame, dist_signals: pd.DataFrame, stable: bool, boot: dict,
                           accuracy: dict[str, float], n_parallel: int, config: dict | None = None):
-    """Claim accpp/multilingual-es-pt-closest: Spanish and Portuguese are the closest pair by components.
+    """Claim accpp/multilingual-es-pt-closest: Spanish and Portuguese are the closest pair by components,
+    judged by the margin d(es-pt) - min over the other pairs of d and its bootstrap interval over prompts.
 
     ``dist_*``: language x language Jaccard distances (:func:`language_distances`) of the component and
     signal sets; ``stable``: :func:`closest_pair_stable` of the component sets; ``boot``:
@@ -430,16 +433,22 @@ def measure_es_pt_closest(dist_components: pd.DataFrame, dist_signals: pd.DataFr
     for name, D in (("dist_components", dist_components), ("dist_signals", dist_signals)):
         if D.shape[0] < 2 or D.shape[0] != D.shape[1] or list(D.index) != list(D.columns):
             raise ValueError(f"{who}: {name} must be a square language x language table of at least two languages")
+    for key in ("margin", "margin_ci_low", "margin_ci_high", "frac_closest"):
+        if key not in boot:
+            raise ValueError(f"{who}: boot lacks {key!r} (closest_pair_bootstrap of es-pt gives it)")
     a, b, d, margin = closest_pair(dist_components)
     pair = "-".join(sorted((a, b)))
     return Measurement(
         claim="accpp/multilingual-es-pt-closest",
-        values=dict(es_pt_closest=pair == "es-pt", closest_pair_stable=bool(stable),
-                    min_language_accuracy=_min_accuracy(accuracy, who)),
-        evidence=dict(closest=pair, distance=d, margin=margin, bootstrap=boot,
+        values=dict(es_pt_margin=float(boot["margin"]), es_pt_margin_ci_low=float(boot["margin_ci_low"]),
+                    es_pt_margin_ci_high=float(boot["margin_ci_high"]), es_pt_closest=pair == "es-pt",
+                    min_language_accuracy=_min_accuracy(accuracy, who), n_parallel_prompts=int(n_parallel)),
+        evidence=dict(closest=pair, distance=d, margin=margin, closest_pair_stable=bool(stable), bootstrap=boot,
                       distances=dist_components.round(4).to_dict(),
                       closest_by_signals="-".join(sorted(closest_pair(dist_signals)[:2]))),
         tables={"03_multilingual_distances": dist_components.reset_index()}, config=dict(config or {}),
-        unit="closest language pair (component Jaccard distance)",
+        unit="component Jaccard distance, es-pt minus the closest other pair",
         note=(f"{(config or {}).get('model', 'the model')}, {n_parallel} parallel prompts per language; closest pair "
-              f"{pair}; es-pt is the closest pair in {boot['frac_closest']:.0%} of bootstrap resamples of the prompts"))
+              f"{pair}; es-pt's distance minus the closest other pair's {boot['margin']:+.3f} (95% CI "
+              f"{boot['margin_ci_low']:+.3f} to {boot['margin_ci_high']:+.3f}); es-pt is the closest pair in "
+              f"{boot['frac_closest']:.0%} of bootstrap resamples of the prompts"))

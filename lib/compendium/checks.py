@@ -189,8 +189,14 @@ class Claim:
         """The settings of the measurement at ``profile``: those for every profile, then the profile's own."""
         if not self.protocol:
             return {}
-        profiles.check(profile)
-        return {**self.protocol.get(PROTOCOL_ALL, {}), **self.protocol.get(profile, {})}
+        base = profiles.base(profile)
+        own = self.protocol.get(profile, {}) if profile != base else {}
+        return {**self.protocol.get(PROTOCOL_ALL, {}), **self.protocol.get(base, {}), **own}
+
+    def smaller_for(self, profile: str) -> bool:
+        """Whether a test-only ``profile`` measures this claim with a smaller protocol than its base
+        profile (then the base profile's assertions do not apply to it)."""
+        return profiles.base(profile) != profile and bool(self.protocol and self.protocol.get(profile))
 
     @property
     def key(self) -> str:
@@ -295,7 +301,7 @@ def _min_units(raw: Any, err) -> MinUnits:
 
 def _protocol(raw: Any, err) -> dict:
     """``protocol``: {"all" and/or profile names: {setting: a number, string, bool or list of them}}."""
-    allowed = (PROTOCOL_ALL, *profiles.PROFILES)
+    allowed = (PROTOCOL_ALL, *profiles.PROFILES, *profiles.TEST_ONLY)
     if not isinstance(raw, dict) or not raw:
         err(f"protocol must be a mapping of {', '.join(allowed)} to settings, got {raw!r}")
     for key, settings in raw.items():

@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from compendium import profiles
 from compendium.checks import (
     DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, MEASURED_ONLY, NOT_JUDGED, _NUMERIC_OPS, Claim, Condition,
     _fmt, _is_number,
@@ -155,7 +156,7 @@ def evaluate(claim: Claim, values: dict, profile: str, evidence: dict | None = N
         return MEASURED_ONLY, conds, pre, "The claim has no registered check."
     # A profile bound to scale or hardware is "measured only" whatever its preconditions say: the
     # check is not applied there, so there is no test whose power could be in question.
-    if profile in claim.check.measured_only_at:
+    if profiles.base(profile) in claim.check.measured_only_at:
         return (MEASURED_ONLY, conds, pre,
                 f"At profile `{profile}` the result is bound to scale or hardware, so the check "
                 f"({claim.check.describe()}) is not applied.")

@@ -42,7 +42,7 @@ class Notebook:
         return self.name.split("/", 1)[0] if "/" in self.name else None
 
     def _repr_markdown_(self) -> str:
-        return (f"`{self.name}` · profile `{self.profile}` ({profiles.PROFILES[self.profile]}) · seed {self.seed} · "
+        return (f"`{self.name}` · profile `{self.profile}` ({profiles.describe(self.profile)}) · seed {self.seed} · "
                 f"device `{self.device}` · run folder `{paths.display(self.run_dir)}`")
 
 

@@ -49,7 +49,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator
 
-from compendium import atomic, board, paths, runs, tables
+from compendium import atomic, board, paths, profiles, runs, tables
 from compendium import claims as _claims
 
 LOCK = ".publish.lock"
@@ -116,6 +116,8 @@ def check_main_run(run: Path, params: dict, status: dict[str, dict]) -> None:
     if params.get("kind") != "runner" or "profile" not in params:
         raise NotAMainRun(f"{shown} is not a run folder made by `compendium run` (no params.json with a profile)")
     reasons = []
+    if params["profile"] in profiles.TEST_ONLY:
+        reasons.append(f"its profile '{params['profile']}' is for tests only (smaller protocols), never published")
     expected = runner.list_notebooks()
     ran = list(params.get("notebooks") or status)
     absent = [n for n in expected if n not in ran]

@@ -57,3 +57,24 @@ def bootstrap_diff_ci(a, b, n_boot: int = 2000, seed: int = 0, level: float = 0.
     ia = rng.integers(0, len(a), size=(n_boot, len(a)))
     ib = rng.integers(0, len(b), size=(n_boot, len(b)))
     return _quantiles(a[ia].mean(1) - b[ib].mean(1), level)
+
+
+def geometric_mean(x) -> float:
+    """exp(mean(log x)) of positive ratios (a ratio and its reciprocal weigh the same)."""
+    x = _positive(x, "geometric_mean")
+    return float(np.exp(np.log(x).mean()))
+
+
+def geometric_mean_ci(x, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+    """Interval of the geometric mean of positive ratios ``x`` (the mean of their logs resampled,
+    then exponentiated)."""
+    x = _positive(x, "geometric_mean_ci")
+    lo, hi = bootstrap_mean_ci(np.log(x), n_boot=n_boot, seed=seed, level=level)
+    return float(np.exp(lo)), float(np.exp(hi))
+
+
+def _positive(x, name: str) -> np.ndarray:
+    x = _sample(x, name)
+    if not np.all(np.isfinite(x)) or np.any(x <= 0):
+        raise ValueError(f"{name} needs finite positive ratios, got {x[~(np.isfinite(x) & (x > 0))][:3].tolist()}")
+    return x

@@ -371,6 +371,36 @@ def effect_class(labelled: bool, strata: pd.DataFrame) -> str:
     return "other"
 
 
+_DESCRIPTIVE = frozenset({"model", "word", "selection", "aggregation"})
+
+
+def women_settings(protocol: dict, *, seed: int) -> dict:
+    """The keyword arguments of :func:`measure_women` from the women claims' registered protocol
+    (``claims.protocol("protot/women-prototype-ablation", profile)``): every sample size and context
+    length as registered; ``n_controls: all`` means every alive control; ``n_reinit: k`` gives the
+    reinitialisation seeds ``seed .. seed + k - 1``. The descriptive entries (model, word, selection,
+    aggregation) are read by the notebook. A setting :func:`measure_women` does not take is an error."""
+    import inspect
+
+    known = set(inspect.signature(measure_women).parameters)
+    out = {}
+    for key, value in protocol.items():
+        if key in _DESCRIPTIVE:
+            continue
+        if key == "n_reinit":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"women protocol: n_reinit must be a positive whole number, got {value!r}")
+            out["reinit_seeds"] = tuple(range(seed, seed + value))
+        elif key == "n_controls" and value == "all":
+            out["n_controls"] = None
+        elif key in known and key not in ("word", "seed", "model_name"):
+            out[key] = value
+        else:
+            raise ValueError(f"women protocol: unknown setting {key!r}; measure_women takes "
+                             f"{', '.join(sorted(known - {'model', 'tokenizer', 'train_stream', 'val_stream'}))}")
+    return out
+
+
 @torch.no_grad()
 def measure_women(model, tokenizer, train_stream: np.ndarray, val_stream: np.ndarray, *,
                   word: str = " women", pairs=FEMALE_PAIRS, male_words=MALE_WORDS, coordinators=COORDINATORS,

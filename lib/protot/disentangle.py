@@ -306,14 +306,32 @@ def compare(unit_sets: list[Units], classes: Classes, *, match: int | None = Non
     return table, scores
 
 
+def margin_interval(per_unit: pd.DataFrame, first: str, others: list[str], n_boot: int = 2000, seed: int = 0,
+                    level: float = 0.95) -> tuple[float, float]:
+    """Percentile-bootstrap interval of mean D(first) - max over ``others`` of mean D(other): each
+    kind's scored units (rows of ``per_unit`` with a disentanglement) resampled on their own (the
+    kinds are different units, so unpaired)."""
+    rng = np.random.default_rng(seed)
+    draws = {}
+    for kind in (first, *others):
+        d = per_unit.loc[per_unit["kind"] == kind, "disentanglement"].dropna().to_numpy(dtype=np.float64)
+        if len(d) == 0:
+            raise ValueError(f"no scored units of kind {kind!r} for the margin's interval")
+        draws[kind] = d[rng.integers(0, len(d), size=(n_boot, len(d)))].mean(1)
+    margins = draws[first] - np.max(np.stack([draws[k] for k in others]), axis=0)
+    a = (1 - level) / 2
+    return float(np.quantile(margins, a)), float(np.quantile(margins, 1 - a))
+
+
 def measure(table: pd.DataFrame, *, prototypes: str, heads: str, sae: str, nulls: dict[str, str],
-            sae_explained_variance: float, n_classes: int, config: dict | None = None,
-            tables: dict | None = None):
+            sae_explained_variance: float, n_classes: int, per_unit: pd.DataFrame, config: dict | None = None,
+            tables: dict | None = None, seed: int = 0):
     """``protot/disentanglement-coverage`` as a :class:`compendium.claims.Measurement` from a
     :func:`compare` table. ``prototypes``, ``heads``, ``sae``: the kinds (rows) of the trained units;
     ``nulls``: {trained kind: its null's kind}. disentanglement_margin = D(prototypes) - max(D(heads),
-    D(SAE)); coverage_margin likewise on the matched-size coverage; null_gap_min = the smallest
-    D(kind) - D(its null) over ``nulls``."""
+    D(SAE)), with its interval from :func:`margin_interval` over ``per_unit`` (one row per unit: kind,
+    disentanglement); coverage_margin likewise on the matched-size coverage; null_gap_min = the
+    smallest D(kind) - D(its null) over ``nulls``."""
     from compendium import claims
 
     t = table.set_index("kind")
@@ -324,7 +342,9 @@ def measure(table: pd.DataFrame, *, prototypes: str, heads: str, sae: str, nulls
     d = t["disentanglement"]
     c = t[cov_col]
     gaps = {k: float(d[k] - d[n]) for k, n in nulls.items()}
+    lo, hi = margin_interval(per_unit, prototypes, [heads, sae], seed=seed)
     values = {"disentanglement_margin": float(d[prototypes] - max(d[heads], d[sae])),
+              "disentanglement_margin_ci_low": lo, "disentanglement_margin_ci_high": hi,
               "coverage_margin": float(c[prototypes] - max(c[heads], c[sae])),
               "null_gap_min": min(gaps.values()), "sae_explained_variance": float(sae_explained_variance),
               "n_classes": int(n_classes),

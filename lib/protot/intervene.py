@@ -5,7 +5,7 @@ Each is a context manager that undoes itself on exit (weights restored bit for b
 
     with mask_prototype(model, layer=9, k=7):            # k removed from write and read softmax
         ...
-    with reinit_prototype(model, layer=9, k=7, seed=0):  # p_k replaced by a fresh N(0, 1) draw
+    with reinit_prototype(model, layer=9, k=7, seed=0):  # p_k replaced by a fresh draw of its init
         ...
     with clamp_prototype(model, layer=9, k=7, value=0.0, gate="read"):   # r_{t,k} := value
         ...
@@ -89,13 +89,21 @@ def clamp_prototype(model, layer: int, k: int, value: float = 0.0, gate: str = "
 
 
 @contextmanager
-def reinit_prototype(model, layer: int, k: int, seed: int = 0, std: float = 1.0):
-    """Replace the prototype vector p_k of ``layer`` by a fresh N(0, std^2) draw; restore on exit."""
+def reinit_prototype(model, layer: int, k: int, seed: int = 0, std: float | None = None):
+    """Replace the prototype vector p_k of ``layer`` by a fresh draw from the model's own
+    initialisation of prototypes; restore on exit. The authors' variant draws N(0, 1/C) and scales
+    the row to unit length; compendium-v1 draws N(0, 1). ``std`` instead gives a plain N(0, std^2)."""
+    from protot.models.protot_authors import AuthorsProtoMixer
+
     mixer = get_mixer(model, layer)
     _check(mixer, k, "both")
     saved = mixer.prototypes.detach()[k].clone()
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    fresh = torch.randn(saved.shape, generator=gen, dtype=torch.float32) * std
+    fresh = torch.randn(saved.shape, generator=gen, dtype=torch.float32)
+    if std is not None:
+        fresh = fresh * std
+    elif isinstance(mixer, AuthorsProtoMixer):
+        fresh = fresh / fresh.norm().clamp_min(1e-6)       # N(0, 1/C) scaled to unit length: the same direction
     with torch.no_grad():
         mixer.prototypes[k] = fresh.to(mixer.prototypes)
     try:

@@ -14,9 +14,11 @@
 # authors' ACC code: comparative score, sparse singular directions, then the 70% rule). Roles
 # are compared with a null: the same rule on circuits of the same prompts traced for a random pair
 # of other names. A last section shows what the tracer's `per-position` variant changes against
-# the default (`authors`, the authors' key side). At `cpu`:
-# SmolLM2-135M (offline), 48 prompts for behaviour, 4 traced prompts. At `paper`: Gemma-3-270M
-# (or the Hub model named in MODEL, e.g. "gpt2"), the 256-prompt mixed set, all traced.
+# the default (`authors`, the authors' key side). Model and sample sizes are the registered
+# protocol (claims.yaml): at `cpu` SmolLM2-135M (offline), 48 prompts for behaviour, 8 traced
+# prompts, each also traced by ACC and for its null; at `paper` Gemma-3-270M (or the Hub model
+# named in MODEL, e.g. "gpt2") and more prompts. Size ratios are geometric means over prompts,
+# judged by their interval.
 # Roles are read from the firings' token pairs (rule in `accpp.roles`), not from patching.
 
 # %% tags=["parameters"]
@@ -39,16 +41,19 @@ from accpp.graph import save_circuit, signal_ranks
 from accpp.models import load_model
 from accpp.multilingual import component_set, jaccard
 from accpp.trace import TraceConfig, Tracer
-from compendium import claims, notebook, plotting, profiles
+from compendium import claims, notebook, plotting
 
 nb = notebook.start("accpp/01_ioi", PROFILE, SEED, DEVICE, threads=1)
-MODEL = MODEL or profiles.pick(nb.profile, cpu="smollm2-135m", paper="gemma-3-270m")
-N_BEHAVIOUR = profiles.pick(nb.profile, cpu=48, paper=256)
-N_TRACE = profiles.pick(nb.profile, cpu=4, paper=256)
-N_ACC = profiles.pick(nb.profile, cpu=2, paper=32)
-N_NULL = profiles.pick(nb.profile, cpu=4, paper=64)  # prompts traced again for a random name pair
-N_VARIANT = profiles.pick(nb.profile, cpu=2, paper=16)  # prompts traced with the per-position variant
-N_FAMILY = profiles.pick(nb.profile, cpu=48, paper=256)  # behaviour prompts per template family
+# The registered protocol (papers/accpp/claims.yaml, shared by this notebook's four claims): model,
+# sample sizes, selection rule and aggregation per profile.
+PROTOCOL = claims.protocol("accpp/smaller-than-acc", nb.profile)
+MODEL = MODEL or PROTOCOL["model"]
+N_BEHAVIOUR = PROTOCOL["n_behaviour"]
+N_TRACE = PROTOCOL["n_trace"]
+N_ACC = PROTOCOL["n_acc"]          # prompts also traced by ACC
+N_NULL = PROTOCOL["n_null"]        # prompts traced again for a random name pair
+N_VARIANT = PROTOCOL["n_variant"]  # prompts traced with the per-position variant
+N_FAMILY = PROTOCOL["n_family"]    # behaviour prompts per template family
 OUT = nb.run_dir / "circuits" / "accpp" / "01_ioi"  # circuit JSON files of this run (not figures)
 OUT.mkdir(parents=True, exist_ok=True)
 nb
@@ -144,7 +149,8 @@ for i, c in enumerate(circuits[:2]):
 # ## 3. Signal ranks and exactness
 
 # %%
-ranks = [r for c in circuits for r in signal_ranks(c.graph)]
+ranks_per_circuit = [signal_ranks(c.graph) for c in circuits]
+ranks = [r for rs in ranks_per_circuit for r in rs]
 rank1 = sum(r == 1 for r in ranks) / len(ranks)
 fig, ax = plt.subplots(figsize=(5, 3))
 figures.rank_histogram([c.graph for c in circuits], ax=ax, title=f"signal ranks, {len(circuits)} prompts ({MODEL})")
@@ -232,7 +238,7 @@ config = dict(model=MODEL, n_behaviour=N_BEHAVIOUR, n_traced=len(circuits), vari
 accuracy = float(metrics.accuracy)
 measurements = [
     ioi.measure_candidates_exact(exact, config=config),
-    ioi.measure_signals_rank1(ranks, table, accuracy, config=config),
+    ioi.measure_signals_rank1(ranks_per_circuit, table, accuracy, config=config),
     ioi.measure_ioi_roles(role_sets, null_sets, role_table, accuracy, config=config),
     measure_smaller_than_acc(acc_table, accuracy, config=config),
 ]

@@ -46,13 +46,14 @@ from accpp import greater_than as gt
 from accpp.graph import save_circuit, signal_ranks
 from accpp.models import load_model
 from accpp.trace import Tracer
-from compendium import claims, notebook, paths, plotting, profiles
+from compendium import claims, notebook, paths, plotting
 
 nb = notebook.start("accpp/02_greater_than", PROFILE, SEED, DEVICE, threads=1)
-MODEL = MODEL or profiles.pick(nb.profile, cpu="smollm2-135m", paper="gemma-3-270m")
-N_BEHAVIOUR = profiles.pick(nb.profile, cpu=32, paper=256)
-N_TRACE = profiles.pick(nb.profile, cpu=16, paper=64)
-N_RANDOM = 99  # random head sets per knock-out, the same at every profile
+PROTOCOL = claims.protocol("accpp/greater-than-circuit", nb.profile)   # registered in claims.yaml
+MODEL = MODEL or PROTOCOL["model"]
+N_BEHAVIOUR = PROTOCOL["n_behaviour"]
+N_TRACE = PROTOCOL["n_trace"]
+N_RANDOM = PROTOCOL["n_random"]  # random head sets per knock-out
 OUT = paths.output_dir() / "accpp" / "02_greater_than"
 OUT.mkdir(parents=True, exist_ok=True)
 

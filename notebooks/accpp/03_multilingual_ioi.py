@@ -21,10 +21,12 @@
 # language with another pair of names (same template, order, place, object). Specificity =
 # 1 - (cross-language similarity / within-language null similarity), per level, with bootstrap CIs
 # over prompts; a chance-corrected Jaccard (expected overlap of random sets of the same sizes
-# removed) normalises for circuit size. The es-pt ranking gets a bootstrap over prompts. At `cpu`:
-# Gemma-3-270M (offline; the model that does IOI in all four languages here), 16 behaviour prompts
-# and 12 traced parallel prompts per language (every template x order once) plus their nulls. At
-# `paper`: 256 behaviour and 60 traced prompts per language, or the model named in MODEL.
+# removed) normalises for circuit size. The es-pt ranking is judged by the margin of its distance
+# over the closest other pair, with a bootstrap interval over prompts. Model and sample sizes are
+# the registered protocol (claims.yaml): at `cpu` Gemma-3-270M (offline; the model that does IOI in
+# all four languages here), 16 behaviour prompts and 30 traced parallel prompts per language (the
+# claims' own floor; templates x orders cycled) plus their nulls; at `paper` 256 behaviour and 60
+# traced prompts per language, or the model named in MODEL.
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
@@ -45,14 +47,17 @@ from accpp import multilingual as ml
 from accpp.graph import save_circuit
 from accpp.models import load_model
 from accpp.trace import Tracer
-from compendium import claims, notebook, paths, plotting, profiles
+from compendium import claims, notebook, paths, plotting
 
 nb = notebook.start("accpp/03_multilingual_ioi", PROFILE, SEED, DEVICE, threads=1)
-MODEL = MODEL or profiles.pick(nb.profile, cpu="gemma-3-270m", paper="gemma-3-270m")
-N_BEHAVIOUR = profiles.pick(nb.profile, cpu=16, paper=256)
-N_TRACE = profiles.pick(nb.profile, cpu=12, paper=60)
-N_BOOT = 2000
-LANGS = list(ml.LANGUAGES)
+# The registered protocol (papers/accpp/claims.yaml, shared by both multilingual claims).
+PROTOCOL = claims.protocol("accpp/multilingual-component-reuse", nb.profile)
+MODEL = MODEL or PROTOCOL["model"]
+N_BEHAVIOUR = PROTOCOL["n_behaviour"]
+N_TRACE = PROTOCOL["n_trace"]   # parallel prompts traced per language (and as many nulls)
+N_BOOT = PROTOCOL["n_boot"]
+LANGS = list(PROTOCOL["languages"])
+assert LANGS == list(ml.LANGUAGES), (LANGS, ml.LANGUAGES)
 OUT = paths.output_dir() / "accpp" / "03_multilingual_ioi"
 OUT.mkdir(parents=True, exist_ok=True)
 

@@ -41,14 +41,15 @@ from accpp import datasets, ioi
 from accpp import multilingual as ml
 from accpp.models import load_model
 from accpp.trace import Tracer
-from compendium import claims, notebook, paths, plotting, profiles
+from compendium import claims, notebook, paths, plotting
 
 nb = notebook.start("accpp/05_ioi_template_clusters", PROFILE, SEED, DEVICE, threads=1)
-MODEL = MODEL or profiles.pick(nb.profile, cpu="smollm2-135m", paper="gemma-3-270m")
-TEMPLATES = profiles.pick(nb.profile, cpu=[0, 4, 6, 9, 13], paper=list(range(15)))
-DRAWN = profiles.pick(nb.profile, cpu=8, paper=100)  # prompts drawn per (template, order)
-PER_CELL = profiles.pick(nb.profile, cpu=3, paper=100)  # traced per cell: the first correctly solved ones
-N_PERM = 999
+PROTOCOL = claims.protocol("accpp/ioi-template-clusters", nb.profile)   # registered in claims.yaml
+MODEL = MODEL or PROTOCOL["model"]
+TEMPLATES = list(PROTOCOL["templates"])
+DRAWN = PROTOCOL["drawn"]  # prompts drawn per (template, order)
+PER_CELL = PROTOCOL["per_cell"]  # traced per cell: the first correctly solved ones
+N_PERM = PROTOCOL["n_perm"]
 OUT = paths.output_dir() / "accpp" / "05_ioi_template_clusters"
 OUT.mkdir(parents=True, exist_ok=True)
 t_start = time.perf_counter()

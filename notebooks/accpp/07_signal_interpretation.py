@@ -22,11 +22,13 @@
 # **Checked here:** `"accpp/auto-interpretation"` (pre-registered in papers/accpp/claims.yaml): the
 # balanced accuracy of picking a signal's held-out top contexts out of as many random ones with the
 # signal's own description, minus that with another signal's description (a seeded derangement), has
-# a bootstrap 95% CI (over signals) whose lower end is above 0; power precondition: at least 30
-# signals. The instruction model's descriptions give the claim's value, the baseline's are recorded
-# as evidence. At `cpu`: SmolLM2-135M, 3 traced IOI prompts, 32 signals, 256 corpus windows of 12
-# tokens, 5 describer + 4 held-out contexts per signal. At `paper`: 16 prompts, 96 signals, 8192
-# windows of 32 tokens, 11 + 10 contexts.
+# a mean over signals above 0, decided by its bootstrap 95% interval over signals; power
+# preconditions: at least 30 signals, and at least 10 held-out contexts per signal (the judge's
+# resolution). The instruction model's descriptions give the claim's value, the baseline's are
+# recorded as evidence. Sizes are the registered protocol (claims.yaml): at `cpu` SmolLM2-135M, 3
+# traced IOI prompts, 32 signals, 256 corpus windows of 12 tokens, 5 describer + 4 held-out contexts
+# per signal (too few held-out contexts to decide: cpu reads inconclusive by that precondition); at
+# `paper` 16 prompts, 96 signals, 8192 windows of 32 tokens, 11 + 10 contexts.
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
@@ -47,18 +49,21 @@ import seaborn as sns
 from accpp import datasets, interpret, interpret_view, ioi, viewer
 from accpp.models import load_model
 from accpp.trace import Tracer
-from compendium import claims, notebook, plotting, profiles
+from compendium import claims, notebook, plotting
 
 nb = notebook.start("accpp/07_signal_interpretation", PROFILE, SEED, DEVICE, threads=1)
-MODEL = MODEL or profiles.pick(nb.profile, cpu="smollm2-135m", paper="smollm2-135m")
-N_CANDIDATES = profiles.pick(nb.profile, cpu=12, paper=64)  # IOI prompts evaluated to find solved ones
-N_TRACE = profiles.pick(nb.profile, cpu=3, paper=16)
-N_SIGNALS = profiles.pick(nb.profile, cpu=32, paper=96)
-CORPUS = profiles.pick(nb.profile, cpu=interpret.CorpusSpec(n_windows=256, window=12, per_doc=2, min_pos=3),
-                       paper=interpret.CorpusSpec(n_windows=8192, window=32, per_doc=4, min_pos=4))
-N_HELDOUT = profiles.pick(nb.profile, cpu=4, paper=10)  # held-out top contexts (and as many random) per signal
-K_TOP = profiles.pick(nb.profile, cpu=9, paper=21)  # top contexts kept: N_HELDOUT held out, the rest described
-N_RANDOM = profiles.pick(nb.profile, cpu=48, paper=400)  # reservoir of random contexts
+# The registered protocol (papers/accpp/claims.yaml, auto-interpretation): model, sample sizes,
+# corpus windows and selection rules per profile.
+PROTOCOL = claims.protocol("accpp/auto-interpretation", nb.profile)
+MODEL = MODEL or PROTOCOL["model"]
+N_CANDIDATES = PROTOCOL["n_candidates"]  # IOI prompts evaluated to find solved ones
+N_TRACE = PROTOCOL["n_trace"]
+N_SIGNALS = PROTOCOL["n_signals"]
+CORPUS = interpret.CorpusSpec(n_windows=PROTOCOL["corpus_windows"], window=PROTOCOL["window"],
+                              per_doc=PROTOCOL["per_doc"], min_pos=PROTOCOL["min_pos"])
+N_HELDOUT = PROTOCOL["n_heldout"]  # held-out top contexts (and as many random) per signal
+K_TOP = PROTOCOL["k_top"]  # top contexts kept: N_HELDOUT held out, the rest described
+N_RANDOM = PROTOCOL["n_random"]  # reservoir of random contexts
 N_BOOT = 2000
 timings = {}  # per stage: wall-clock and process CPU seconds
 

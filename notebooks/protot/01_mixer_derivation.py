@@ -278,13 +278,13 @@ arith_gap
 
 # %%
 KT = 1024  # 1k tokens
-T_LINEAR = profiles.pick(nb.profile, cpu=[n * KT for n in (1, 2, 4, 8, 16, 24, 32, 48, 64)],
-                         paper=[n * KT for n in (1, 2, 4, 8, 16, 32, 64, 128, 256)])
-FIT_FROM = {"chunk": 16 * KT, "recurrent": 0, "quadratic": 0}
-T_QUAD = profiles.pick(nb.profile, cpu=[256, 512, 1024, 2048], paper=[512, 1024, 2048, 4096])
-T_REC = profiles.pick(nb.profile, cpu=[512, 1024, 2048, 4096], paper=[1024, 2048, 4096, 8192, 16384])
-COST_ROUNDS = 5
-CLOCK = profiles.pick(nb.profile, cpu="thread", paper="wall")
+COST = claims.protocol("protot/mixer-linear-cost", nb.profile)   # registered in claims.yaml
+T_LINEAR = list(COST["t_linear"])
+FIT_FROM = {"chunk": COST["fit_from_chunk"], "recurrent": 0, "quadratic": 0}
+T_QUAD = list(COST["t_quad"])
+T_REC = list(COST["t_rec"])
+COST_ROUNDS = COST["cost_rounds"]
+CLOCK = COST["clock"]
 LENGTHS = {"chunk": T_LINEAR, "recurrent": T_REC, "quadratic": T_QUAD}
 seconds = bench.time_forms(LENGTHS, rounds=COST_ROUNDS, clock=CLOCK)  # interleaved rounds, best per (form, T)
 cost = pd.DataFrame([{"form": form, "T": Tn, "seconds": seconds[(form, Tn)], "saved_bytes": bench.memory_form(form, Tn)}
@@ -317,14 +317,14 @@ linear_cost
 # round median (the machine is shared: other processes only add time).
 
 # %%
-CONTEXTS = profiles.pick(nb.profile, cpu=[256, 1 * KT, 4 * KT, 8 * KT],
-                         paper=[256, 1 * KT, 4 * KT, 8 * KT, 16 * KT, 32 * KT])
-ROUNDS = profiles.pick(nb.profile, cpu=4, paper=8)
-VOCAB = 32000
+DECODE = claims.protocol("protot/decode-constant-time", nb.profile)   # registered in claims.yaml
+CONTEXTS = list(DECODE["contexts"])
+ROUNDS = DECODE["rounds"]
+VOCAB = DECODE["vocab"]
 decode = []
 for arch in ("protot", "llama"):
     torch.manual_seed(nb.seed)
-    model = build_model(arch, "small", VOCAB).to(nb.device).eval()
+    model = build_model(arch, DECODE["model_size"], VOCAB).to(nb.device).eval()
     for L, sec in bench.decode_times(model, CONTEXTS, VOCAB, rounds=ROUNDS, seed=nb.seed).items():
         decode.append({"arch": arch, "context": L, "sec_per_token": sec})
 decode = pd.DataFrame(decode)
@@ -348,7 +348,7 @@ plotting.savefig(fig, "protot/decode_time_vs_context", profile=nb.profile)
 
 # %%
 m = bench.measure_decode_constant(
-    decode, config={"contexts": CONTEXTS, "size": "small", "vocab": VOCAB, "rounds": ROUNDS, "device": nb.device})
+    decode, config={"contexts": CONTEXTS, "size": DECODE["model_size"], "vocab": VOCAB, "rounds": ROUNDS, "device": nb.device})
 assert m.claim == "protot/decode-constant-time"
 decode_constant = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 decode_constant

@@ -172,7 +172,7 @@ for a, key in (("protot", "protot/ppl-protot-large"), ("llama", "protot/ppl-llam
 # at `cpu`, ProtoT vs LLaMA from the committed pair when both are there and trained at equal size and
 # tokens (they saw 300x the tokens of the runs above); ProtoT vs Mamba and DeltaNet from the models
 # trained above (no committed Mamba or DeltaNet). At `paper` every comparison is between the runs above.
-use_pair = nb.profile == "cpu" and len(manifests) == 2 and evaluate.equal_budget(manifests)[0]
+use_pair = profiles.base(nb.profile) == "cpu" and len(manifests) == 2 and evaluate.equal_budget(manifests)[0]
 pair = manifests if use_pair else None
 print("ProtoT vs LLaMA read from:", "the committed pair " + " and ".join(manifests) if pair else "the models trained here")
 m = evaluate.measure_ppl_ranking(table, unigram, scale_note, config=cfg_rec, pair=pair)

@@ -36,21 +36,11 @@ from protot.train import config, sweep
 nb = notebook.start("protot/03_scaling", PROFILE, SEED, DEVICE,
                     threads=profiles.pick(PROFILE, cpu=1, paper=torch.get_num_threads()))
 
-ARCHS = profiles.pick(nb.profile, cpu=("protot", "llama", "deltanet"), paper=("protot", "llama", "deltanet", "mamba"))
+PROTOCOL = claims.protocol("protot/scaling-trend", nb.profile)   # registered in claims.yaml
+ARCHS = tuple(PROTOCOL["archs"])
 BASELINES = [a for a in ARCHS if a != "protot"]
-# (size, overrides) per model size, smallest first
-SIZES = profiles.pick(
-    nb.profile,
-    cpu=[("tiny", {"hidden_size": 32, "num_hidden_layers": 1}), ("tiny", {"hidden_size": 64, "num_hidden_layers": 2}),
-         ("tiny", {"hidden_size": 96, "num_hidden_layers": 2})],
-    paper=[("small", {}), ("small", {"hidden_size": 384, "num_hidden_layers": 9}), ("large", {})],
-)
-BASE = profiles.pick(
-    nb.profile,
-    cpu=config.profile("smoke", context=64, batch_size=4, tokens=120 * 4 * 64, lr=1e-2, warmup_steps=10,
-                       eval_every=30, eval_blocks=32, ckpt_every=120, seed=nb.seed),
-    paper=config.profile("paper-small", tokens=1_000_000_000, eval_every=1907, seed=nb.seed),  # 4 evaluations
-)
+SIZES = [sweep.parse_size(s) for s in PROTOCOL["sizes"]]   # (size, overrides) per model size, smallest first
+BASE = sweep.grid_config(PROTOCOL, seed=nb.seed)           # the training recipe of every run of the grid
 # trained models are a cache: a finished run with an identical config is reused by later runs
 RUNS = paths.cache_dir() / "train" / "protot-03" / nb.profile
 

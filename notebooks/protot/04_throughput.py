@@ -37,13 +37,14 @@ nb = notebook.start("protot/04_throughput", PROFILE, SEED, DEVICE,
                     threads=profiles.pick(PROFILE, cpu=1, paper=torch.get_num_threads()))
 PAPER_CROSSOVER = claims.get_claim("protot/throughput-crossover").paper_value  # tokens of context
 KT = 1024  # 1k tokens
-# contexts double from 256; at `paper` up to the paper's crossover context
-CONTEXTS = profiles.pick(nb.profile, cpu=[256 * 2**i for i in range(6)],
-                         paper=[256 * 2**i for i in range(12) if 256 * 2**i <= PAPER_CROSSOVER])
-MODEL = profiles.pick(nb.profile, cpu=dict(size="small", num_hidden_layers=2), paper=dict(size="small"))
-TOKENS_PER_STEP = profiles.pick(nb.profile, cpu=None, paper=32 * KT)  # None: one sequence per step
-STEP_BUDGET_S = profiles.pick(nb.profile, cpu=4.0, paper=60.0)       # stop an arch's sweep past this
-DECODE_CONTEXTS = profiles.pick(nb.profile, cpu=[256, 1 * KT, 4 * KT], paper=[1 * KT, 4 * KT, 16 * KT, 32 * KT])
+# The registered protocol (claims.yaml): contexts double from 256 (at `paper` up to the paper's
+# crossover context), the model, tokens per step and the per-step time budget.
+PROTOCOL = claims.protocol("protot/throughput-crossover", nb.profile)
+CONTEXTS = list(PROTOCOL["contexts"])
+MODEL = dict(size=PROTOCOL["model_size"], num_hidden_layers=PROTOCOL["model_layers"])
+TOKENS_PER_STEP = None if PROTOCOL["tokens_per_step"] == "one sequence" else PROTOCOL["tokens_per_step"]
+STEP_BUDGET_S = PROTOCOL["step_budget_s"]       # stop an arch's sweep past this
+DECODE_CONTEXTS = list(PROTOCOL["decode_contexts"])
 GPU_JSON = paths.repo_root() / "benchmarks" / "results" / "gpu_bench.json"
 
 # %% [markdown]

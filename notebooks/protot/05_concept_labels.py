@@ -28,7 +28,7 @@
 PROFILE = "cpu"
 SEED = 0
 DEVICE = "cpu"
-MODEL = "protot-cpu-small"
+MODEL = ""
 
 # %%
 import matplotlib.pyplot as plt
@@ -43,15 +43,16 @@ from protot.train import packing
 
 nb = notebook.start("protot/05_concept_labels", PROFILE, SEED, DEVICE,
                     threads=profiles.pick(PROFILE, cpu=1, paper=torch.get_num_threads()))
-N_BLOCKS = profiles.pick(nb.profile, cpu=48, paper=1024)      # validation blocks of CONTEXT tokens
-CONTEXT = 256                                                 # the models' training context
-MIN_COUNT = profiles.pick(nb.profile, cpu=5, paper=20)        # occurrences for a token type to be ranked
-TOP = 10                                                      # top tokens per prototype (label, coherence)
-NULL_SEEDS = profiles.pick(nb.profile, cpu=[nb.seed + 1, nb.seed + 2, nb.seed + 3],    # per null family
-                           paper=list(range(nb.seed + 1, nb.seed + 9)))
+PROTOCOL = claims.protocol("protot/concept-prototypes", nb.profile)   # registered in claims.yaml
+MODEL = MODEL or PROTOCOL["model"]
+N_BLOCKS = PROTOCOL["n_blocks"]                               # validation blocks of CONTEXT tokens
+CONTEXT = PROTOCOL["context"]                                 # the models' training context
+MIN_COUNT = PROTOCOL["min_count"]                             # occurrences for a token type to be ranked
+TOP = PROTOCOL["top"]                                         # top tokens per prototype (label, coherence)
+NULL_SEEDS = list(range(nb.seed + 1, nb.seed + 1 + PROTOCOL["n_null_seeds"]))   # per null family
 DEAD_FLOOR = usage.DEAD_FLOOR                                 # alive: gate share >= DEAD_FLOOR / R (claims.yaml)
-CONTEXTS = 3                                                  # top-activating contexts per label
-SEARCH = profiles.pick(nb.profile, cpu=(8, 64), paper=(64, 256))   # (blocks, tokens) for the temperature search
+CONTEXTS = PROTOCOL["contexts_per_label"]                     # top-activating contexts per label
+SEARCH = (PROTOCOL["search_blocks"], PROTOCOL["search_tokens"])   # (blocks, tokens) for the temperature search
 PROBE_WORDS = [" women", " men", " Germany", " disease"]
 
 lm = concepts.load_model(MODEL, device=nb.device)

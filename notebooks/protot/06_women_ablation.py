@@ -29,7 +29,7 @@
 PROFILE = "cpu"
 SEED = 0
 DEVICE = "cpu"
-MODEL = "protot-cpu-small"
+MODEL = ""
 
 # %%
 import matplotlib.pyplot as plt
@@ -43,17 +43,12 @@ from protot.train import packing
 
 nb = notebook.start("protot/06_women_ablation", PROFILE, SEED, DEVICE,
                     threads=profiles.pick(PROFILE, cpu=1, paper=torch.get_num_threads()))
-WORD = " women"
-SETTINGS = profiles.pick(      # the registered protocol (claims.yaml); paper: more of everything
-    nb.profile,
-    cpu=dict(label_blocks=48, label_context=256, word_windows=64, word_context=64, select_windows=48,
-             select_context=64, context=128, max_contexts=None, other_contexts=64, coordination_n=64,
-             gender_contexts=48, n_controls=8, reinit_seeds=(nb.seed,), ppl_blocks=128, ppl_context=256),
-    paper=dict(label_blocks=512, label_context=256, word_windows=512, word_context=128, select_windows=512,
-               select_context=256, context=256, max_contexts=None, other_contexts=512, coordination_n=512,
-               gender_contexts=512, n_controls=None, reinit_seeds=tuple(range(nb.seed, nb.seed + 5)),
-               ppl_blocks=1024, ppl_context=256),
-)
+# The registered protocol (papers/protot/claims.yaml, shared by the three women claims): model,
+# selection rule, sample sizes and aggregation per profile.
+PROTOCOL = claims.protocol("protot/women-prototype-ablation", nb.profile)
+SETTINGS = ablation.women_settings(PROTOCOL, seed=nb.seed)
+MODEL = MODEL or PROTOCOL["model"]
+WORD = PROTOCOL["word"]
 PAPER_DROP = claims.get_claim("protot/women-prototype-ablation").paper_value       # % (claims.yaml)
 PAPER_PPL = claims.get_claim("protot/women-ablation-ppl").paper_value              # % upper bound
 

@@ -48,12 +48,13 @@ nb = notebook.start("protot/07_robustness", PROFILE, SEED, DEVICE,
                     threads=profiles.pick(PROFILE, cpu=1, paper=torch.get_num_threads()))
 PROFILE, SEED, DEVICE = nb.profile, nb.seed, nb.device
 T0 = time.time()
-N_PER_TYPE = profiles.pick(PROFILE, cpu=200, paper=500)     # pairs per type (the registered minimum is 200)
-MIN_WORDS, MAX_WORDS = 6, 40                                # sentence length (words)
-TOP_K = 10
-BATCH = profiles.pick(PROFILE, cpu=64, paper=256)
-N_BOOT = 2000
-TIE_REL = 0.01       # the authors' ProtoT and LLaMA JS closer than 1% of their mean: a tie
+PROTOCOL = claims.protocol("protot/robustness-jsd", PROFILE)   # registered in claims.yaml
+N_PER_TYPE = PROTOCOL["n_per_type"]                          # pairs per type (the registered minimum is 200)
+MIN_WORDS, MAX_WORDS = PROTOCOL["min_words"], PROTOCOL["max_words"]   # sentence length (words)
+TOP_K = PROTOCOL["top_k"]
+BATCH = PROTOCOL["batch"]
+N_BOOT = PROTOCOL["n_boot"]
+TIE_REL = PROTOCOL["tie_rel"]   # the authors' ProtoT and LLaMA JS closer than 1% of their mean: a tie
 # model sets in order of preference; the first whose ProtoT and LLaMA are committed as final models is
 # measured (a snapshot of a run still training is not the equal-budget model)
 MODEL_SETS = [{"ProtoT": "protot-authors-small", "LLaMA": "llama-authors-small", "Mamba": "mamba-authors-small",

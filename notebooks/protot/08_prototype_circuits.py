@@ -24,7 +24,7 @@
 PROFILE = "cpu"
 SEED = 0
 DEVICE = "cpu"
-MODEL = "protot-cpu-small"
+MODEL = ""
 
 # %%
 import copy
@@ -40,15 +40,13 @@ from protot.train import packing
 
 nb = notebook.start("protot/08_prototype_circuits", PROFILE, SEED, DEVICE,
                     threads=profiles.pick(PROFILE, cpu=1, paper=torch.get_num_threads()))
-WORD = " women"
-SETTINGS = profiles.pick(
-    nb.profile,
-    # selection: notebook 06's settings at the same profile
-    cpu=dict(select=dict(candidates=None, select_windows=48, select_context=64),
-             context=64, max_windows=None, null_blocks=32, trace_recurse=3),
-    paper=dict(select=dict(candidates=None, select_windows=512, select_context=256),
-               context=256, max_windows=None, null_blocks=256, trace_recurse=5),
-)
+PROTOCOL = claims.protocol("protot/women-write-circuit", nb.profile)   # registered in claims.yaml
+MODEL = MODEL or PROTOCOL["model"]
+WORD = PROTOCOL["word"]
+SETTINGS = dict(select=dict(candidates=None, select_windows=PROTOCOL["select_windows"],
+                            select_context=PROTOCOL["select_context"]),
+                context=PROTOCOL["context"], null_blocks=PROTOCOL["null_blocks"], trace_recurse=PROTOCOL["trace_recurse"],
+                max_windows=None if PROTOCOL["max_windows"] == "all" else PROTOCOL["max_windows"])
 lm = concepts.load_model(MODEL, device=nb.device)
 model, tok = lm.model.eval(), lm.tokenizer
 print("model:", lm.description)

@@ -28,8 +28,8 @@
 PROFILE = "cpu"
 SEED = 0
 DEVICE = "cpu"
-PROTOT_MODEL = "protot-cpu-small"
-LLAMA_MODEL = "llama-cpu-small"
+PROTOT_MODEL = ""
+LLAMA_MODEL = ""
 
 # %%
 import matplotlib.pyplot as plt
@@ -43,13 +43,16 @@ from protot.train import packing, pretrained
 
 nb = notebook.start("protot/09_disentanglement", PROFILE, SEED, DEVICE,
                     threads=profiles.pick(PROFILE, cpu=1, paper=torch.get_num_threads()))
-N_BLOCKS = profiles.pick(nb.profile, cpu=48, paper=512)      # validation blocks of CONTEXT tokens
-CONTEXT = 256                                                # the models' training context
-N_CLASSES, MIN_COUNT = 200, 10                               # token-type classes (pre-registered)
+PROTOCOL = claims.protocol("protot/disentanglement-coverage", nb.profile)   # registered in claims.yaml
+PROTOT_MODEL = PROTOT_MODEL or PROTOCOL["protot_model"]
+LLAMA_MODEL = LLAMA_MODEL or PROTOCOL["llama_model"]
+N_BLOCKS = PROTOCOL["n_blocks"]                              # validation blocks of CONTEXT tokens
+CONTEXT = PROTOCOL["context"]                                # the models' training context
+N_CLASSES, MIN_COUNT = PROTOCOL["n_classes"], PROTOCOL["min_count"]   # token-type classes
 THRESHOLD = 5.0                                              # selectivity for coverage (pre-registered)
-MIN_ACTIVE = 20                                              # labelled positions for a unit to be scored
-N_SUBSETS = profiles.pick(nb.profile, cpu=200, paper=1000)   # random subsets for the matched coverage
-SEARCH = profiles.pick(nb.profile, cpu=(8, 64), paper=(64, 256))   # (blocks, tokens) for the null's temperature search
+MIN_ACTIVE = PROTOCOL["min_active"]                          # labelled positions for a unit to be scored
+N_SUBSETS = PROTOCOL["n_subsets"]                            # random subsets for the matched coverage
+SEARCH = (PROTOCOL["search_blocks"], PROTOCOL["search_tokens"])   # (blocks, tokens) for the null's temperature search
 
 proto = pretrained.load(PROTOT_MODEL, device=nb.device).model
 llama_pt = pretrained.load(LLAMA_MODEL, device=nb.device)
@@ -57,9 +60,9 @@ llama, tok = llama_pt.model, llama_pt.tokenizer
 print("ProtoT:", pretrained.describe(PROTOT_MODEL))
 print("LLaMA: ", pretrained.describe(LLAMA_MODEL))
 SAE_CONFIG = S.SAEConfig(layer=llama.config.num_hidden_layers // 2 - 1,
-                         n_features=profiles.pick(nb.profile, cpu=512, paper=4096), k=16,
-                         steps=profiles.pick(nb.profile, cpu=150, paper=4000), batch_blocks=4,
-                         context=CONTEXT, lr=1e-3, seed=nb.seed)
+                         n_features=PROTOCOL["sae_features"], k=PROTOCOL["sae_k"],
+                         steps=PROTOCOL["sae_steps"], batch_blocks=PROTOCOL["sae_batch_blocks"],
+                         context=CONTEXT, lr=PROTOCOL["sae_lr"], seed=nb.seed)
 SAE_CONFIG
 
 # %% [markdown]
@@ -167,7 +170,7 @@ assert table.disentanglement.between(0, 1).all() and classes.n <= N_CLASSES
 assert all(s.match == min(u.count for u in units) for s in scores)
 m = D.measure(table, prototypes=kinds[0], heads=kinds[1], sae=kinds[2],
               nulls={kinds[0]: kinds[3], kinds[1]: kinds[4], kinds[2]: kinds[5]},
-              sae_explained_variance=ev, n_classes=classes.n,
+              sae_explained_variance=ev, n_classes=classes.n, per_unit=per_unit, seed=nb.seed,
               config={"protot": pretrained.describe(PROTOT_MODEL), "llama": pretrained.describe(LLAMA_MODEL),
                       "blocks": N_BLOCKS, "context": CONTEXT, "n_classes": N_CLASSES, "min_count": MIN_COUNT,
                       "threshold": THRESHOLD, "min_active": MIN_ACTIVE, "n_subsets": N_SUBSETS,

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from compendium import claims
+from compendium import claims, stats
 from tests.ledger_helpers import fits_ledger
 
 
@@ -41,15 +41,23 @@ def test_candidates_exact():
 def test_signals_rank1():
     from accpp.ioi import measure_signals_rank1
 
-    m = measure_signals_rank1([1, 2, 1, 1, 3], pd.DataFrame(dict(nodes=[4, 5])), accuracy=0.75)
-    assert m.values == dict(rank1_fraction=3 / 5, ioi_accuracy=0.75, n_signals=5)
-    assert m.evidence["rank_counts"] == {1: 3, 2: 1, 3: 1}
+    per = [[1, 2, 1], [1, 3]]
+    m = measure_signals_rank1(per, pd.DataFrame(dict(nodes=[4, 5])), accuracy=0.75)
+    assert {k: m.values[k] for k in ("rank1_fraction", "ioi_accuracy", "n_signals", "n_circuits")} == dict(
+        rank1_fraction=3 / 5, ioi_accuracy=0.75, n_signals=5, n_circuits=2)
+    # circuits resampled whole: the interval's resamples are (2+2)/6, (2+1)/5, (1+1)/4
+    by_hand = stats.bootstrap_paired_ci(lambda a, n: a.sum(1) / n.sum(1), [2.0, 1.0], [3.0, 2.0])
+    assert (m.values["rank1_ci_low"], m.values["rank1_ci_high"]) == by_hand
+    assert 0.5 <= by_hand[0] < 3 / 5 < by_hand[1] <= 2 / 3
+    assert m.evidence["rank_counts"] == {1: 3, 2: 1, 3: 1} and m.evidence["rank1_per_circuit"] == [0.667, 0.5]
     assert "over 2 IOI prompts" in m.note
     fits_ledger(m)
     with pytest.raises(ValueError, match="no signal edges"):
-        measure_signals_rank1([], pd.DataFrame(), 1.0)
+        measure_signals_rank1([[]], pd.DataFrame(), 1.0)
+    with pytest.raises(ValueError, match="per circuit"):
+        measure_signals_rank1([1, 2], pd.DataFrame(), 1.0)
     with pytest.raises(ValueError, match="rank below 1"):
-        measure_signals_rank1([1, 0], pd.DataFrame(), 1.0)
+        measure_signals_rank1([[1, 0]], pd.DataFrame(), 1.0)
 
 
 def test_ioi_roles():
@@ -58,14 +66,24 @@ def test_ioi_roles():
 
     r0, r1, r2 = ROLES[0], ROLES[1], ROLES[2]
     role_sets = [{r0: ["9.1"], r1: ["7.3"], "other": ["0.1"]}, {r0: ["10.0"], r2: ["1.2"]}]  # union: 3 roles
+    role_sets.append({r0: ["9.1"]})
     null_sets = [{r0: ["9.1"]}, {}, {r1: []}]  # per prompt 1, 0, 0 (an empty list is no role)
     m = measure_ioi_roles(role_sets, null_sets, pd.DataFrame(), accuracy=0.5)
-    assert m.values == dict(n_roles=3, ioi_accuracy=0.5, role_excess_per_prompt=2 - 1 / 3, n_null_prompts=3)
-    assert m.evidence["per_prompt_roles"] == [2, 2] and m.evidence["null_per_prompt"] == [1, 0, 0]
+    # paired by prompt: (2 - 1, 2 - 0, 1 - 0), the interval from resampling those three differences
+    assert {k: m.values[k] for k in ("n_roles", "ioi_accuracy", "n_null_prompts")} == dict(n_roles=3, ioi_accuracy=0.5,
+                                                                                          n_null_prompts=3)
+    assert m.values["role_excess_per_prompt"] == pytest.approx(4 / 3)
+    assert (m.values["role_excess_ci_low"], m.values["role_excess_ci_high"]) == stats.paired_bootstrap_ci([2, 2, 1], [1, 0, 0])
+    assert m.evidence["per_prompt_roles"] == [2, 2, 1] and m.evidence["null_per_prompt"] == [1, 0, 0]
     assert m.evidence["roles"][r0] == ["9.1", "10.0"]  # merged, sorted by (layer, head)
     assert "other" not in m.evidence["roles"]  # only the known roles count
     assert m.evidence["null_roles"] == 1 and m.config["n_null"] == 3
     fits_ledger(m)
+    # a traced prompt without a null is left out of the paired excess
+    m2 = measure_ioi_roles(role_sets + [{r0: ["1.1"], r1: ["2.2"], r2: ["3.3"]}], null_sets, pd.DataFrame(), 0.5)
+    assert m2.values["role_excess_per_prompt"] == pytest.approx(4 / 3) and m2.values["n_roles"] == 3
+    with pytest.raises(ValueError, match="4 null circuits for 3 traced prompts"):
+        measure_ioi_roles(role_sets, null_sets + [{}], pd.DataFrame(), 1.0)
     with pytest.raises(ValueError, match="null circuits"):
         measure_ioi_roles(role_sets, [], pd.DataFrame(), 1.0)
     with pytest.raises(ValueError, match="must be a dict"):
@@ -78,10 +96,15 @@ def test_smaller_than_acc():
     t = pd.DataFrame(dict(accpp_nodes=[10, 20], acc_nodes=[30, 100], legacy_nodes=[50, 40],
                           acc_truncated=[False, True], legacy_truncated=[False, False]))
     m = measure_smaller_than_acc(t, accuracy=0.9)
-    assert m.values == dict(size_ratio=(3 + 5) / 2, ioi_accuracy=0.9, n_compared=2)
-    assert m.evidence["legacy_ratio"] == (5 + 2) / 2 and m.evidence["ratios"] == [3.0, 5.0]
+    # ratios 3 and 5 aggregate as their geometric mean, with the interval over prompts
+    assert m.values["size_ratio"] == pytest.approx(15 ** 0.5) and m.evidence["arithmetic_mean_ratio"] == 4.0
+    assert (m.values["size_ratio_ci_low"], m.values["size_ratio_ci_high"]) == stats.geometric_mean_ci([3.0, 5.0])
+    assert m.values["ioi_accuracy"] == 0.9 and m.values["n_compared"] == 2
+    assert m.evidence["legacy_ratio"] == pytest.approx(10 ** 0.5) and m.evidence["ratios"] == [3.0, 5.0]
     assert m.evidence["any_truncated"] is True and m.evidence["legacy_any_truncated"] is False
     assert m.evidence["direction"] == "within"
+    wide = measure_smaller_than_acc(t.assign(acc_nodes=[15, 300]), accuracy=0.9)    # ratios 1.5 and 15
+    assert wide.evidence["direction"] == "straddles"
     assert "ratio" not in t  # the caller's table is left alone
     fits_ledger(m)
     with pytest.raises(ValueError, match="acc_nodes"):
@@ -159,7 +182,9 @@ def test_component_reuse():
                                 config=dict(model="tiny"))
     assert m.values["reuse_gap"] == pytest.approx(0.5, abs=1e-15)
     assert m.values["frac_pairs_component_gt_signal"] == 2 / 3
-    assert m.values["min_language_accuracy"] == 0.7 and m.values["specificity_gap_ci_low"] == 0.05
+    assert m.values["min_language_accuracy"] == 0.7 and m.values["specificity_gap"] == 0.25
+    assert (m.values["specificity_gap_ci_low"], m.values["specificity_gap_ci_high"]) == (0.05, 0.45)
+    assert m.unit.startswith("signal minus component specificity")
     assert m.evidence["specificity"]["signals_corrected"]["specificity"] == pytest.approx(0.45)
     assert m.evidence["signal_minus_component_specificity"]["plain"]["gap"] == 0.3
     assert "components +0.15, signals +0.45" in m.note and "+0.25 (95% CI +0.05 to +0.45)" in m.note
@@ -183,9 +208,11 @@ def test_es_pt_closest():
     d = np.array([[0, .5, .4, .6], [.5, 0, .3, .1], [.4, .3, 0, .35], [.6, .1, .35, 0]])
     D = pd.DataFrame(d, index=langs, columns=langs)
     S = pd.DataFrame(d[::-1, ::-1], index=langs, columns=langs)  # reversed: closest en-es ... computed below
-    boot = dict(frac_closest=0.875, margin=0.2)
+    boot = dict(frac_closest=0.875, margin=-0.2, margin_ci_low=-0.3, margin_ci_high=0.05)
     m = measure_es_pt_closest(D, S, True, boot, dict(en=1.0, pt=0.6), n_parallel=4)
-    assert m.values == dict(es_pt_closest=True, closest_pair_stable=True, min_language_accuracy=0.6)
+    assert m.values == dict(es_pt_margin=-0.2, es_pt_margin_ci_low=-0.3, es_pt_margin_ci_high=0.05, es_pt_closest=True,
+                            min_language_accuracy=0.6, n_parallel_prompts=4)
+    assert m.evidence["closest_pair_stable"] is True and "-0.200 (95% CI -0.300 to +0.050)" in m.note
     assert m.evidence["closest"] == "es-pt" and m.evidence["distance"] == 0.1
     assert m.evidence["margin"] == pytest.approx(0.3 - 0.1)  # next closest: es-fr
     s_min = min((S.loc[a, b], a, b) for i, a in enumerate(langs) for b in langs[i + 1:])
@@ -198,6 +225,8 @@ def test_es_pt_closest():
         measure_es_pt_closest(D.iloc[:, :3], S, True, boot, dict(en=1.0), 4)
     with pytest.raises(ValueError, match="no per-language accuracy"):
         measure_es_pt_closest(D, S, True, boot, {}, 4)
+    with pytest.raises(ValueError, match="boot lacks 'margin_ci_low'"):
+        measure_es_pt_closest(D, S, True, dict(frac_closest=0.5, margin=0.1), dict(en=1.0), 4)
 
 
 # ----------------------------------------------------------------------------- 04_signal_interventions

@@ -329,6 +329,19 @@ def test_template_families_build_with_the_noun_anywhere():
     assert initial.text == "War lasted from the year 1732 to the year 17"
 
 
+def test_answer_in_prompt_says_whether_a_correct_token_is_in_the_traced_input():
+    tok = DigitTokenizer()
+    # digits: traced input "... 1732 to the year 17" + "3"; correct units digits 3..9 -> "3" and "7" occur
+    p = gt.make_prompt(tok, "war", 17, 32)
+    assert p.mode == "digits" and p.answer_in_prompt is True
+    _, correct, _ = gt.trace_target(tok, p)
+    assert set(correct) & set(gt.trace_target(tok, p)[0].tolist())
+    # start year 1108 in century 11: traced "... 1108 to the year 11" + "0"; correct digits 9 only -> absent
+    q = gt.make_prompt(tok, "war", 11, 8)
+    _, correct, _ = gt.trace_target(tok, q)
+    assert correct == [gt.digit_ids(tok)[9]] and q.answer_in_prompt is False
+
+
 @pytest.mark.parametrize("noun, template, match", [
     ("", None, "noun '' is empty"),
     ("w{a}r", None, "placeholder"),

@@ -189,6 +189,35 @@ def test_a_change_of_another_profiles_protocol_leaves_this_result_judged(sized):
     assert "**holds**" in _row("sized")
 
 
+def test_the_smoke_profile_runs_the_cpu_protocol_made_smaller_and_is_never_tabled(sized, run_dir):
+    sized.write_text(sized.read_text().replace("      paper: {n_prompts: 64, model: large}\n",
+                                               "      paper: {n_prompts: 64, model: large}\n      smoke: {n_prompts: 2}\n"))
+    claim = claims.get_claim("demo/sized")
+    assert claims.protocol("demo/sized", "smoke") == {**claims.protocol("demo/sized", "cpu"), "n_prompts": 2}
+    assert claim.smaller_for("smoke") and not claim.smaller_for("cpu")
+    # the smoke block changes neither the cpu nor the paper protocol: the published cpu row stays judged
+    assert "**holds**" in _row("sized")
+    claims.conclude(claims.Measurement("demo/sized", {"ratio": 3.0}), profile="smoke")
+    smoke = run_dir / "results" / "demo" / "sized.smoke.json"
+    assert json.loads(smoke.read_text())["protocol"]["n_prompts"] == 2
+    (sized.parent / "results" / "sized.smoke.json").write_text(smoke.read_text())
+    with pytest.raises(tables.ResultsFileError, match=r"sized.smoke.json: unknown profile 'smoke'"):
+        claims.build_table("demo")
+
+
+def test_cpu_assertions_apply_at_smoke_only_where_the_protocol_is_the_cpu_one(demo_root, run_dir):
+    path = demo_root / "papers" / "demo" / "claims.yaml"
+    path.write_text(path.read_text() + PROTOCOL.replace("registered: abc1234}", "registered: abc1234, assert_at: [cpu]}"))
+    failing = claims.Measurement("demo/sized", {"ratio": 1.0})
+    with pytest.raises(AssertionError, match="at profile 'smoke'"):   # same protocol as cpu: the cpu assertion holds
+        claims.conclude(failing, profile="smoke")
+    path.write_text(path.read_text().replace("      paper: {n_prompts: 64, model: large}\n",
+                                             "      paper: {n_prompts: 64, model: large}\n      smoke: {n_prompts: 2}\n"))
+    assert claims.conclude(failing, profile="smoke").status == "does not hold"   # smaller sample: recorded, not asserted
+    with pytest.raises(AssertionError, match="at profile 'cpu'"):
+        claims.conclude(failing, profile="cpu")
+
+
 def test_rows_not_judged_say_why_and_keep_the_recorded_value(published):
     _edit(published, check_sha256="0" * 64, value=7.5)
     row = _row()

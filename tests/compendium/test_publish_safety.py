@@ -92,6 +92,16 @@ def test_a_run_with_an_overridden_parameter_is_refused(run_dir, demo_root, capsy
     assert info.value.code == 2 and "only a run at default parameters may do" in capsys.readouterr().err
 
 
+def test_a_smoke_run_is_refused(run_dir, demo_root):
+    complete_run(run_dir)
+    params = atomic.read_json(run_dir / "params.json")
+    atomic.write_json(run_dir / "params.json", {**params, "profile": "smoke"})
+    before = tree_digest(demo_root / "papers")
+    with pytest.raises(publish.NotAMainRun, match="its profile 'smoke' is for tests only"):
+        publish.publish(run_dir)
+    assert tree_digest(demo_root / "papers") == before
+
+
 def test_a_run_from_unrecorded_code_is_refused(run_dir, demo_root):
     complete_run(run_dir)
     params = atomic.read_json(run_dir / "params.json")

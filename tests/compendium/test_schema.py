@@ -93,7 +93,7 @@ def test_malformed_checks_name_file_claim_and_field(demo_root, check, message):
     ("    protocol: {gpu: {n: 1}}\n", r"protocol: unknown key 'gpu'; allowed: all, cpu, paper"),
     ("    protocol: {cpu: 8}\n", r"protocol.cpu must be a mapping of settings, got 8"),
     ("    protocol: {all: {model: {name: x}}}\n", r"protocol.all.model: settings are numbers, strings, true/false or lists"),
-    ("    protocol: []\n", r"protocol must be a mapping of all, cpu, paper to settings"),
+    ("    protocol: []\n", r"protocol must be a mapping of all, cpu, paper, smoke to settings"),
 ])
 def test_malformed_preconditions_and_history(demo_root, pre, message):
     _with_check(demo_root, "{quantity: x, op: '>', threshold: 1}", pre)

@@ -112,3 +112,23 @@ def test_paired_passes_its_settings_on_and_errors_name_the_function():
         stats.bootstrap_diff_ci([], [1.0])
     with pytest.raises(ValueError, match=r"^paired samples differ in shape: \(2,\) vs \(1,\)$"):
         stats.paired_bootstrap_ci([1.0, 2.0], [1.0])
+
+
+def test_geometric_mean_and_its_interval_by_hand():
+    x = [1.8, 20.8, 16.1, 5.0]
+    assert stats.geometric_mean(x) == pytest.approx((1.8 * 20.8 * 16.1 * 5.0) ** 0.25, rel=1e-12)
+    assert stats.geometric_mean([2.0, 0.5]) == pytest.approx(1.0)   # a ratio and its reciprocal cancel
+    lo, hi = stats.geometric_mean_ci(x, n_boot=500, seed=3)
+    logs = np.log(x)
+    idx = np.random.default_rng(3).integers(0, 4, size=(500, 4))
+    means = logs[idx].mean(1)
+    assert (lo, hi) == pytest.approx((np.exp(np.quantile(means, 0.025)), np.exp(np.quantile(means, 0.975))), rel=1e-12)
+    assert lo < stats.geometric_mean(x) < hi
+
+
+@pytest.mark.parametrize("bad", [[1.0, 0.0], [2.0, -1.0], [1.0, float("inf")], []])
+def test_geometric_mean_refuses_what_is_not_a_positive_ratio(bad):
+    with pytest.raises(ValueError, match="geometric_mean"):
+        stats.geometric_mean(bad)
+    with pytest.raises(ValueError, match="geometric_mean_ci"):
+        stats.geometric_mean_ci(bad)

@@ -160,3 +160,25 @@ def test_authors_recipe():
     llama = train_build_model(tiny.replace(arch="llama"), VOCAB)
     assert llama.config.dropout == 0.1 and not llama.config.tie_word_embeddings
     assert llama.config.init_scheme == "torch-default" and llama.config.rms_norm_eps is None
+
+
+def test_reinit_draws_a_prototype_as_each_variant_initialises_it(small):
+    from protot.intervene import reinit_prototype
+
+    authors = small.eval()
+    mixer = next(m for n, m in authors.named_modules() if n.endswith("layers.2.mixer"))
+    saved = mixer.prototypes[5].detach().clone()
+    with reinit_prototype(authors, layer=2, k=5, seed=3):
+        fresh = mixer.prototypes[5].detach().clone()
+        assert abs(float(fresh.norm()) - 1.0) < 1e-5            # unit rows, as the authors initialise them
+        assert not torch.equal(fresh, saved)
+    assert torch.equal(mixer.prototypes[5], saved)
+    with reinit_prototype(authors, layer=2, k=5, seed=3, std=2.0):
+        assert float(mixer.prototypes[5].norm()) > 5.0             # a plain N(0, 4) draw: norm about 2 sqrt(C)
+    torch.manual_seed(0)
+    v1 = build_model("protot", "tiny", VOCAB, variant="compendium-v1")
+    m1 = next(m for n, m in v1.named_modules() if n.endswith("layers.0.mixer"))
+    with reinit_prototype(v1, layer=0, k=1, seed=3):
+        n = float(m1.prototypes[1].norm())
+        P = m1.prototypes.shape[1]
+        assert 0.5 * P ** 0.5 < n < 1.5 * P ** 0.5                # N(0, 1): norm about sqrt(P)

@@ -738,3 +738,19 @@ def test_measure_women_on_a_planted_model(tokenizer, women):
     assert status == claims.INCONCLUSIVE and "labelled-female" in reason
     for n, t in m.state_dict().items():
         assert torch.equal(t, before[n]), n
+
+
+def test_women_settings_come_from_the_registered_protocol():
+    from compendium import claims
+    from protot import ablation as A
+
+    cpu = A.women_settings(claims.protocol("protot/women-prototype-ablation", "cpu"), seed=3)
+    assert cpu["reinit_seeds"] == (3,) and cpu["n_controls"] == 8 and "model" not in cpu and "word" not in cpu
+    paper = A.women_settings(claims.protocol("protot/women-prototype-ablation", "paper"), seed=3)
+    assert paper["reinit_seeds"] == (3, 4, 5, 6, 7) and paper["n_controls"] is None      # "all"
+    smoke = A.women_settings(claims.protocol("protot/women-prototype-ablation", "smoke"), seed=0)
+    assert smoke["select_windows"] < cpu["select_windows"] and smoke["context"] == cpu["context"]
+    with pytest.raises(ValueError, match="unknown setting 'windows'"):
+        A.women_settings({"windows": 3}, seed=0)
+    with pytest.raises(ValueError, match="n_reinit must be a positive whole number"):
+        A.women_settings({"n_reinit": 0}, seed=0)

@@ -143,3 +143,27 @@ def test_trained_prototypes_score_above_untrained():
     t, u = table.set_index("kind").loc["trained"], table.set_index("kind").loc["untrained"]
     assert t.disentanglement > u.disentanglement + 0.05, table
     assert t.coverage_all > u.coverage_all, table
+
+
+def test_the_margin_interval_resamples_each_kind_on_its_own():
+    import numpy as np
+    import pandas as pd
+
+    from protot import disentangle as D
+
+    rng = np.random.default_rng(0)
+    per_unit = pd.DataFrame({"kind": ["p"] * 40 + ["h"] * 30 + ["s"] * 50,
+                             "disentanglement": np.r_[rng.normal(0.6, 0.05, 40), rng.normal(0.4, 0.05, 30),
+                                                      rng.normal(0.5, 0.05, 50)]})
+    per_unit.loc[3, "disentanglement"] = np.nan           # a unit not scored is left out
+    lo, hi = D.margin_interval(per_unit, "p", ["h", "s"], n_boot=500, seed=1)
+    point = per_unit[per_unit.kind == "p"].disentanglement.mean() - per_unit[per_unit.kind == "s"].disentanglement.mean()
+    assert lo < point < hi and 0.05 < lo and hi < 0.15      # about 0.1 with a spread of ~0.01
+    # by hand for one kind each: the mean of resampled units
+    tiny = pd.DataFrame({"kind": ["p", "p", "h"], "disentanglement": [0.2, 0.4, 0.1]})
+    rng = np.random.default_rng(5)
+    p = np.array([0.2, 0.4])[rng.integers(0, 2, size=(300, 2))].mean(1)
+    h = np.array([0.1])[rng.integers(0, 1, size=(300, 1))].mean(1)
+    assert D.margin_interval(tiny, "p", ["h"], n_boot=300, seed=5) == (np.quantile(p - h, 0.025), np.quantile(p - h, 0.975))
+    with pytest.raises(ValueError, match="no scored units of kind 'x'"):
+        D.margin_interval(per_unit, "p", ["x"])

@@ -166,7 +166,39 @@ def measure_scaling_trend(fits: dict[str, dict], grid, fit_table, baselines, dat
         evidence={"exponents": exponents, "baseline_mean": baseline_mean,
                   "r2": {a: {k: f[k]["r2"] for k in f} for a, f in fits.items()}},
         tables={"03_scaling_grid": grid, "03_scaling_fits": fit_table}, config=dict(config or {}),
+        unit="ratio of fitted exponents (ProtoT's / the baselines' mean), vs training tokens",
         note=(f"ppl = c x^a; vs non-embedding params at {data_tokens[-1]:,} tokens and vs tokens at the largest size; "
               f"{profile} profile: {len(size_names)} sizes {list(size_names)}, our offline corpus and "
               f"12k BPE. ProtoT's exponents: {p['vs_params']:.3f} (params), {p['vs_tokens']:.3f} (tokens); the "
               f"baselines' mean: {baseline_mean['vs_params']:.3f}, {baseline_mean['vs_tokens']:.3f}."))
+
+
+# --- the registered protocol of notebook protot/03_scaling ---
+
+def parse_size(spec: str) -> tuple[str, dict]:
+    """A model size as claims.yaml writes it: ``"tiny"`` or ``"tiny hidden_size=32 num_hidden_layers=1"``
+    (a size name, then whole-number overrides) -> ("tiny", {"hidden_size": 32, "num_hidden_layers": 1})."""
+    parts = str(spec).split()
+    if not parts:
+        raise ValueError("an empty model size")
+    over = {}
+    for part in parts[1:]:
+        key, eq, value = part.partition("=")
+        if not eq or not key or not value.isdigit():
+            raise ValueError(f"model size {spec!r}: overrides are written key=<whole number>, got {part!r}")
+        over[key] = int(value)
+    return parts[0], over
+
+
+def grid_config(protocol: dict, seed: int) -> TrainConfig:
+    """The sweep's base training config from its protocol: the training profile ``train_profile``
+    with every ``train_<field>`` entry replacing that field (e.g. ``train_context: 64``)."""
+    from protot.train.config import profile
+
+    fields = {k[len("train_"):]: v for k, v in protocol.items() if k.startswith("train_") and k != "train_profile"}
+    if "train_profile" not in protocol:
+        raise ValueError("the scaling protocol names no train_profile")
+    try:
+        return profile(protocol["train_profile"], **fields, seed=seed)
+    except TypeError as exc:
+        raise ValueError(f"the scaling protocol sets a field TrainConfig does not have: {exc}") from None
