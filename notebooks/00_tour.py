@@ -36,7 +36,7 @@ from IPython.display import HTML, Markdown, display
 from compendium import board, claims, data, notebook, plotting, profiles, runner, tables
 
 nb = notebook.start("00_tour", PROFILE, SEED, DEVICE, threads=1)
-print(f"profile: {nb.profile} ({profiles.PROFILES[nb.profile]}), seed {nb.seed}, device {nb.device}")
+print(f"profile: {nb.profile} ({profiles.describe(nb.profile)}), seed {nb.seed}, device {nb.device}")
 
 # %% [markdown]
 # ## The claims ledger
