@@ -97,7 +97,8 @@ def _executed_tour(fixture_root: Path) -> nbformat.NotebookNode:
 def fixture_book(tmp_path_factory):
     """Build the book of a small copy of the compendium; return (html folder, staging folder, root)."""
     root = tmp_path_factory.mktemp("compendium")
-    for name in ("README.md", "pyproject.toml", "jupytext.toml"):
+    for name in ("README.md", "pyproject.toml", "notebooks/jupytext.toml"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, root / name)
     shutil.copytree(ROOT / "docs" / "book", root / "docs" / "book")
     for paper in PAPERS:
