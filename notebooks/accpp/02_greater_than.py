@@ -85,10 +85,8 @@ sns.heatmap(dist[order].numpy(), ax=axes[0], cmap="viridis", cbar_kws={"label": 
 axes[0].plot(yy[order].numpy() + 0.5, np.arange(len(prompts)) + 0.5, color="white", lw=1.2, ls="--", label="YY' = YY")
 axes[0].set(xlabel="end year YY'", ylabel="prompts, sorted by start year YY", title="where the probability goes")
 axes[0].legend(loc="lower right", fontsize=8)
-offset = np.arange(-99, 100)
-mean_by_offset = np.array([float(np.nanmean([dist[i, int(yy[i]) + o].item() if 0 <= int(yy[i]) + o < 100 else np.nan
-                                              for i in range(len(prompts))])) for o in offset])
-axes[1].plot(offset, mean_by_offset, color="#4C72B0")
+offset, mean_by_offset, _ = gt.mean_by_offset(dist, yy)  # NaN (not drawn) where no prompt reaches an offset
+axes[1].plot(offset.numpy(), mean_by_offset.numpy(), color="#4C72B0")
 axes[1].axvline(0.5, color="0.3", ls="--", lw=1)
 axes[1].set(xlim=(-40, 60), xlabel="YY' - YY", ylabel="mean probability", title="probability against the offset from YY")
 fig.suptitle(f"Greater-Than behaviour, {MODEL}: P(YY' > YY) - P(YY' <= YY) = {behaviour['prob_diff']:.2f} "
