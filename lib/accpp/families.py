@@ -144,9 +144,12 @@ def pronoun_family_set(tokenizer, family: str, male=pr.MALE_NAMES, female=pr.FEM
     return out
 
 
-def behaviour_table(prompts, logit_diff: torch.Tensor, by: tuple[str, ...] = ("family",), **extra):
-    """One row per group of ``prompts`` (grouped by the attributes named in ``by``): n, the mean
-    logit difference and the accuracy; ``extra`` columns (e.g. model=...) are added to every row."""
+def behaviour_table(prompts, logit_diff: torch.Tensor, by: tuple[str, ...] = ("family",), *,
+                    metric: str = "logit_diff", **extra):
+    """One row per group of ``prompts`` (grouped by the attributes named in ``by``): n, the mean of
+    the per-prompt metric (a column named ``metric``: the logit difference, or Greater-Than's
+    probability difference) and the accuracy (the fraction above 0); ``extra`` columns (e.g.
+    model=...) are added to every row."""
     import pandas as pd
 
     if len(prompts) != len(logit_diff):
@@ -159,6 +162,6 @@ def behaviour_table(prompts, logit_diff: torch.Tensor, by: tuple[str, ...] = ("f
     rows = []
     for key in sorted(groups, key=lambda k: tuple(str(x) for x in k)):
         v = torch.tensor(groups[key], dtype=torch.float64)
-        rows.append(dict(extra, **dict(zip(by, key)), n=len(v), logit_diff=float(v.mean()),
+        rows.append(dict(extra, **dict(zip(by, key)), n=len(v), **{metric: float(v.mean())},
                          accuracy=float((v > 0).double().mean())))
     return pd.DataFrame(rows)

@@ -41,7 +41,7 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from accpp import figures
+from accpp import families, figures
 from accpp import greater_than as gt
 from accpp.graph import save_circuit, signal_ranks
 from accpp.models import load_model
@@ -92,6 +92,26 @@ axes[1].set(xlim=(-40, 60), xlabel="YY' - YY", ylabel="mean probability", title=
 fig.suptitle(f"Greater-Than behaviour, {MODEL}: P(YY' > YY) - P(YY' <= YY) = {behaviour['prob_diff']:.2f} "
              f"on {len(prompts)} prompts")
 plotting.savefig(fig, "accpp/02_greater_than_behaviour", profile=nb.profile)
+
+# %% [markdown]
+# ### Behaviour per template family (recorded apart from the claims)
+# The same task in other wordings (`accpp.families.GT_FAMILIES`): `paper` (the authors' template),
+# `other` (five of ours) and `initial` (five of ours that begin with the noun). The metric is the
+# probability difference at the traced (units) position; rows are split by `answer_in_prompt`,
+# whether a correct units digit already occurs in the traced input (a head could copy it). This
+# table is not a claim's check; it is saved beside the figures.
+
+# %%
+family_rows = []
+for fam_name in families.GT_FAMILIES:
+    fam_prompts = families.gt_family_set(tok, fam_name, n=PROTOCOL["n_family"], seed=SEED)
+    fam_units = gt.units_prob_diff(model, tok, fam_prompts)
+    for by in (("family",), ("family", "answer_in_prompt")):
+        family_rows.append(families.behaviour_table(fam_prompts, fam_units, by=by, metric="units_prob_diff",
+                                                    model=MODEL))
+by_family = pd.concat(family_rows, ignore_index=True)
+plotting.save_table(by_family, "accpp/greater_than_behaviour_by_family", index=False)
+by_family.round(3)
 
 # %% [markdown]
 # ## 2. ACC++ circuits of the year comparison

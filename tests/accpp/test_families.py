@@ -132,3 +132,6 @@ def test_behaviour_table_groups_and_counts(tok):
     assert baba["logit_diff"] == -2.0 and baba["accuracy"] == 0.0 and baba["answer_in_prompt"]
     with pytest.raises(ValueError, match="12 prompts but 3"):
         fam.behaviour_table(prompts, ld[:3])
+    named = fam.behaviour_table(prompts, ld, by=("order",), metric="units_prob_diff")
+    assert list(named.columns) == ["order", "n", "units_prob_diff", "accuracy"]
+    assert named.set_index("order")["units_prob_diff"].to_dict() == {"ABBA": 1.0, "BABA": -2.0}
