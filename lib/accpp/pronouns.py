@@ -425,8 +425,11 @@ def measure_size_ratio(tables: dict[str, "pd.DataFrame"], accuracy: float, confi
     mean over prompts of ACC / ACC++ nodes pooled over models, and each model's own, each with its
     percentile bootstrap interval over prompts (``compendium.stats.geometric_mean_ci``); the smallest and
     the largest model geometric means (with their intervals) for the check's per-model conditions;
-    per family (when the tables have a ``family`` column) as evidence."""
+    per family (when the tables have a ``family`` column) as evidence, and (with an ``accpp_status``
+    column) how many ACC++ circuits expanded no firing (``n_accpp_not_traced``) and the geometric mean
+    without them (``size_ratio_traced_only``)."""
     from compendium.claims import Measurement
+    from compendium.stats import geometric_mean
     import pandas as pd
 
     _per_model(tables, "measure_size_ratio")
@@ -444,6 +447,10 @@ def measure_size_ratio(tables: dict[str, "pd.DataFrame"], accuracy: float, confi
     per_family = ({f: dict(zip(("size_ratio", "ci_low", "ci_high"), _gm(g["ratio"], n_boot, seed)), n=len(g))
                    for f, g in allrows.groupby("family", sort=False)} if "family" in allrows else {})
     direction = "below" if hi < 2 else "above" if lo > 10 else "within" if 2 <= lo and hi <= 10 else "straddles"
+    traced = allrows["accpp_status"] == "traced" if "accpp_status" in allrows else None
+    not_traced = dict(n_accpp_not_traced=int((~traced).sum()),
+                      size_ratio_traced_only=(geometric_mean(allrows.loc[traced, "ratio"]) if traced.any()
+                                              else float("nan"))) if traced is not None else {}
     return Measurement(
         claim="accpp/pronoun-smaller-than-acc",
         values=dict(size_ratio=ratio, size_ratio_ci_low=lo, size_ratio_ci_high=hi,
@@ -455,7 +462,7 @@ def measure_size_ratio(tables: dict[str, "pd.DataFrame"], accuracy: float, confi
                     acc_truncated=bool(allrows["acc_truncated"].any()), accuracy=float(accuracy)),
         evidence=dict(per_model={m: dict(size_ratio=v[0], ci_low=v[1], ci_high=v[2], n=len(tables[m]))
                                  for m, v in per.items()},
-                      per_family=per_family, ratios=allrows["ratio"].round(3).tolist(),
+                      per_family=per_family, ratios=allrows["ratio"].round(3).tolist(), **not_traced,
                       arithmetic_mean_ratio=float(allrows["ratio"].mean()), direction=direction,
                       accpp_nodes_mean=float(allrows["accpp_nodes"].mean()),
                       acc_nodes_mean=float(allrows["acc_nodes"].mean())),

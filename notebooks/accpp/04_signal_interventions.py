@@ -149,8 +149,9 @@ for c in CONTROLS:
           f"(95% interval {r['gm_ratio_ci_low']:.2f}-{r['gm_ratio_ci_high']:.2f}); pooled ratio of medians "
           f"{r['abs_dld_ratio']:.2f}; Wilcoxon p = {r['wilcoxon_p']:.2g}")
 per_prompt = pd.concat({c: prompt_ratios(df, c)["ratio"] for c in CONTROLS}, axis=1)
-scalars = {c: {k: v for k, v in r.items() if k != "prompt_ratios"} for c, r in paired.items()}
-pd.concat([summary.round(4), pd.DataFrame(scalars).round(4).rename(columns=lambda c: f"signal vs {c}")], axis=0)
+display(summary.round(4))
+pd.DataFrame({c: {k: v for k, v in r.items() if k != "prompt_ratios"} for c, r in paired.items()}).round(4).rename(
+    columns=lambda c: f"signal vs {c}")
 
 # %%
 palette = {"signal": sns.color_palette("colorblind")[3], "random": sns.color_palette("colorblind")[7],

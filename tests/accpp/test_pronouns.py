@@ -335,6 +335,10 @@ def test_measure_size_ratio_is_a_geometric_mean_with_intervals():
     assert s.evidence["per_family"]["so"]["n"] == 5  # model a's 2 and model b's 3
     assert s.evidence["arithmetic_mean_ratio"] == pytest.approx(83 / 6)
     assert s.evidence["direction"] in ("above", "straddles")
+    assert "n_accpp_not_traced" not in s.evidence  # the tables carry no status
+    st = pr.measure_size_ratio({"a": a.assign(accpp_status=["traced", "tau_cut", "traced"])}, accuracy=0.9)
+    assert st.evidence["n_accpp_not_traced"] == 1
+    assert st.evidence["size_ratio_traced_only"] == pytest.approx(45 ** 0.5)
     fits_ledger(s)
     with pytest.raises(ValueError, match="no compared"):
         pr.measure_size_ratio({"a": _sizes([])}, accuracy=1.0)
