@@ -70,7 +70,7 @@ coverage.plot.barh(stacked=True, ax=ax, color=["#bbbbbb", "#0173b2"][: coverage.
 ax.set_xlabel("claims"); ax.set_ylabel(""); ax.set_title("Claims per paper")
 ax.legend(loc="lower right", fontsize=8)
 plotting.savefig(fig, "tour/claims_coverage", profile=nb.profile)
-coverage.to_csv(nb.out / "claims_coverage.csv")
+plotting.save_table(coverage, "tour/claims_coverage")
 plt.show()
 
 # %% [markdown]
@@ -180,7 +180,7 @@ top = per_source[("characters", "train")] / 1e6
 ax.barh(top.index, top.values, color="#029e73")
 ax.invert_yaxis(); ax.set_xlabel("million characters (train split)"); ax.set_title("Sources of the training mix")
 plotting.savefig(fig, "tour/corpus_sources", profile=nb.profile)
-per_source.to_csv(nb.out / "corpus_sources.csv")
+plotting.save_table(per_source, "tour/corpus_sources")
 plt.show()
 
 # %% [markdown]

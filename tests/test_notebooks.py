@@ -5,8 +5,11 @@ tracked file of the repository."""
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import jupytext
+import nbformat
 import pytest
 
 from compendium import claims, paths, provenance, runner
@@ -73,3 +76,48 @@ def test_notebook_executes_at_smoke_profile(name, tmp_path, monkeypatch):
         entry = json.loads(path.read_text())
         assert entry["profile"] == "smoke" and entry["value"] is not None
         assert entry["verdict"] in claims.VERDICTS
+
+
+def _output_texts(nb) -> list[tuple[int, str, str]]:
+    """(cell number, kind, text) of every saved output: streams, errors and every non-image MIME type."""
+    found = []
+    for number, cell in enumerate(nb.cells, 1):
+        for out in cell.get("outputs", []):
+            if out.output_type == "stream":
+                found.append((number, f"stream {out.name}", out.text))
+            elif out.output_type == "error":
+                found.append((number, "error", "\n".join(out.traceback)))
+            for mime, value in out.get("data", {}).items():
+                if not mime.startswith("image/") or mime == "image/svg+xml":
+                    found.append((number, mime, value if isinstance(value, str) else json.dumps(value)))
+    return found
+
+
+@pytest.mark.notebook
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["00_tour", "accpp/00_method"])  # cheap ones that show run summaries and figures
+def test_saved_outputs_name_no_folder_of_this_machine(name, tmp_path, monkeypatch):
+    """An executed notebook's saved outputs hold no temporary path, no path of the repository and no
+    path of the home folder (what the book and a shared .ipynb would otherwise show)."""
+    monkeypatch.setenv("COMPENDIUM_RUN_DIR", str(tmp_path / "run"))
+    res = runner.run_notebook(name, profile="cpu", seed=0, output_dir=tmp_path / "out", progress=False)
+    texts = _output_texts(nbformat.read(res.output, as_version=4))
+    assert any(kind == "text/plain" for _, kind, _ in texts), f"{name}: no outputs were saved"
+    folders = {str(tmp_path), str(Path(tempfile.gettempdir()).resolve()), str(paths.repo_root())}
+    folders |= {str(Path(tempfile.gettempdir()))}
+    if Path.home() != Path(Path.home().anchor):
+        folders.add(str(Path.home()))
+    leaks = []
+    for number, kind, text in texts:
+        at = min((text.find(folder) for folder in folders if folder in text), default=-1)
+        if at >= 0:
+            leaks.append(f"cell {number} ({kind}): ...{text[max(0, at - 80):at + 120]}...")
+    assert not leaks, f"{name}: saved outputs name folders of this machine:\n" + "\n".join(leaks)
+    # and its figures and the tables behind them sit together, in one folder, named with its number
+    written = sorted(p.relative_to(tmp_path / "run" / "figures") for p in (tmp_path / "run" / "figures").rglob("*")
+                     if p.is_file())
+    assert written, f"{name} saved no figure"
+    number = name.rsplit("/", 1)[-1].split("_", 1)[0] + "_"
+    misplaced = [str(p) for p in written if len(p.parts) != 2 or not p.name.startswith(number)]
+    assert not misplaced, f"{name}: files outside figures/<folder>/{number}*: {misplaced}"
+    assert len({p.parent for p in written}) == 1, f"{name}: figures in several folders: {written}"

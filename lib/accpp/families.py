@@ -1,7 +1,8 @@
 """Template families: the same task worded in several ways, with behaviour measured per family.
 
 A model may do well on the wording a study's prompts were written in and worse on others. Each
-task here ships three families of templates (all ours except IOI's "paper" family):
+task here ships several families of templates (all ours except IOI's "paper" family and the
+pronouns' "authors" family):
 
 IOI (templates in the BABA order; ABBA swaps the first pair, :func:`accpp.datasets.make_prompt`)
     ``"paper"``: the 15 templates of Wang et al. used by the ACC++ authors
@@ -12,8 +13,14 @@ IOI (templates in the BABA order; ABBA swaps the first pair, :func:`accpp.datase
     in the prompt (``answer_in_prompt`` False): behaviour is reported split by that flag.
 
 Gendered pronouns (the answer is " he" / " she" after the tag "isn't")
-    ``"so"``: :data:`accpp.pronouns.TEMPLATES` ("So {name} is ..., isn't"); ``"other"``: five of our
-    own wordings with the name inside the sentence; ``"initial"``: five that begin with the name.
+    ``"authors"``: the five templates of the ACC authors' task (``gp_dataset.py`` of their repository,
+    after Mathwin and Corlouer; :mod:`accpp.pronouns`); ``"so"``: :data:`accpp.pronouns.TEMPLATES`
+    (ours, "So {name} is ..., isn't"); ``"other"``: five of our own wordings with the name inside the
+    sentence; ``"sentence"``: five of ours whose second sentence begins with the name (a short first
+    sentence without a person, so the name follows a space and is one token, and does not stand at
+    position 0, where a model without a beginning-of-sequence token keeps its attention sink);
+    ``"initial"``: our ``"so"`` templates without "So", so that the name begins the prompt (written
+    without its leading space, possibly as several tokens, at position 0 for SmolLM2).
 
 Greater-Than (the answer is the end year's YY after "... {XX}")
     ``"paper"``: Hanna et al.'s "The {noun} lasted from the year {XX}{YY} to the year {XX}";
@@ -34,7 +41,7 @@ from accpp import datasets
 from accpp import pronouns as pr
 
 __all__ = ["IOI_FAMILIES", "PRONOUN_FAMILIES", "GT_FAMILIES", "ioi_templates", "ioi_family_set",
-           "pronoun_family_set", "gt_family_set", "behaviour_table"]
+           "pronoun_family_set", "pronoun_families_set", "gt_family_set", "behaviour_table"]
 
 #: Our IOI templates, BABA order ([B] = S, [A] = IO); "paper" is read from the data file.
 IOI_FAMILIES: dict[str, tuple[str, ...] | None] = {
@@ -57,6 +64,13 @@ IOI_FAMILIES: dict[str, tuple[str, ...] | None] = {
 
 #: Gendered-pronoun templates per family ("{name}" once; the answer follows "isn't").
 PRONOUN_FAMILIES: dict[str, tuple[str, ...]] = {
+    "authors": (
+        "So {name} is a really great friend, isn't",
+        "So {name} is such a good cook, isn't",
+        "So {name} is a very good athlete, isn't",
+        "So {name} is a really nice person, isn't",
+        "So {name} is such a funny person, isn't",
+    ),
     "so": pr.TEMPLATES,
     "other": (
         "I heard that {name} is a great cook, isn't",
@@ -64,6 +78,13 @@ PRONOUN_FAMILIES: dict[str, tuple[str, ...]] = {
         "We all know that {name} is a careful driver, isn't",
         "Honestly, {name} is such a good dancer, isn't",
         "Of course {name} is a very loyal friend, isn't",
+    ),
+    "sentence": (
+        "The party ended late. {name} is a wonderful host, isn't",
+        "It was a long week. {name} is such a reliable colleague, isn't",
+        "The garden looks lovely. {name} is a very skilled gardener, isn't",
+        "Dinner was ready early. {name} is a really organised person, isn't",
+        "The exam went well. {name} is such a clever student, isn't",
     ),
     "initial": tuple(t.replace("So {name}", "{name}") for t in pr.TEMPLATES),
 }
@@ -127,6 +148,15 @@ def ioi_family_set(tokenizer, family: str, n: int, seed: int = 0, names: list[st
     return out
 
 
+def pronoun_families_set(tokenizer, families, male=pr.MALE_NAMES, female=pr.FEMALE_NAMES,
+                         min_names: int = 8) -> list[pr.PronounPrompt]:
+    """:func:`pronoun_family_set` of each family in ``families``, concatenated in that order."""
+    families = list(families)
+    if not families:
+        raise ValueError("pronoun_families_set: no families")
+    return [p for f in families for p in pronoun_family_set(tokenizer, f, male, female, min_names)]
+
+
 def pronoun_family_set(tokenizer, family: str, male=pr.MALE_NAMES, female=pr.FEMALE_NAMES,
                        min_names: int = 8) -> list[pr.PronounPrompt]:
     """Every template of one pronoun family x every usable name (one token with a leading space)."""
@@ -144,9 +174,12 @@ def pronoun_family_set(tokenizer, family: str, male=pr.MALE_NAMES, female=pr.FEM
     return out
 
 
-def behaviour_table(prompts, logit_diff: torch.Tensor, by: tuple[str, ...] = ("family",), **extra):
-    """One row per group of ``prompts`` (grouped by the attributes named in ``by``): n, the mean
-    logit difference and the accuracy; ``extra`` columns (e.g. model=...) are added to every row."""
+def behaviour_table(prompts, logit_diff: torch.Tensor, by: tuple[str, ...] = ("family",), *,
+                    metric: str = "logit_diff", **extra):
+    """One row per group of ``prompts`` (grouped by the attributes named in ``by``): n, the mean of
+    the per-prompt metric (a column named ``metric``: the logit difference, or Greater-Than's
+    probability difference) and the accuracy (the fraction above 0); ``extra`` columns (e.g.
+    model=...) are added to every row."""
     import pandas as pd
 
     if len(prompts) != len(logit_diff):
@@ -159,6 +192,6 @@ def behaviour_table(prompts, logit_diff: torch.Tensor, by: tuple[str, ...] = ("f
     rows = []
     for key in sorted(groups, key=lambda k: tuple(str(x) for x in k)):
         v = torch.tensor(groups[key], dtype=torch.float64)
-        rows.append(dict(extra, **dict(zip(by, key)), n=len(v), logit_diff=float(v.mean()),
+        rows.append(dict(extra, **dict(zip(by, key)), n=len(v), **{metric: float(v.mean())},
                          accuracy=float((v > 0).double().mean())))
     return pd.DataFrame(rows)

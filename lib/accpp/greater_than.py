@@ -32,7 +32,7 @@ from accpp.seeding import TokenSet
 from accpp.trace import Circuit, Tracer
 
 __all__ = ["YearTokenization", "GTPrompt", "year_mode", "digit_ids", "pair_ids", "make_prompt", "gt_prompts",
-           "year_distribution", "prob_diff", "units_prob_diff", "trace_target", "trace_gt", "year_heads",
+           "year_distribution", "prob_diff", "mean_by_offset", "units_prob_diff", "trace_target", "trace_gt", "year_heads",
            "seed_shares", "attention_to_year", "heads_ablated_at_last_position",
            "units_prob_diff_ablated", "units_prob_diff_knockouts", "split_half", "head_dla", "top_heads",
            "parse_head", "knockout_comparison", "mlp_seed_shares", "knockout_table", "measure_greater_than_circuit"]
@@ -216,6 +216,29 @@ def prob_diff(dist: torch.Tensor, yy) -> torch.Tensor:
     yy = torch.as_tensor(yy)
     above = torch.arange(100)[None, :] > yy[:, None]
     return (dist * above).sum(1) - (dist * ~above).sum(1)
+
+
+def mean_by_offset(dist: torch.Tensor, yy) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The mean probability of each end year relative to the start year: for every offset
+    o = YY' - YY from -99 to 99, the mean of P(YY' = YY + o) over the prompts for which YY + o is
+    a year 00-99. Returns (offsets, means, counts), all of length 199; ``counts`` is how many
+    prompts reach each offset, and an offset no prompt reaches has count 0 and mean NaN (there is
+    nothing to average, and no empty mean is taken)."""
+    dist = torch.as_tensor(dist, dtype=torch.float64)
+    yy = torch.as_tensor(yy, dtype=torch.long)
+    if dist.ndim != 2 or dist.shape[1] != 100 or yy.shape != (dist.shape[0],):
+        raise ValueError(f"dist must be (n, 100) and yy (n,); got {tuple(dist.shape)} and {tuple(yy.shape)}")
+    if len(yy) and (int(yy.min()) < 0 or int(yy.max()) > 99):
+        raise ValueError(f"start years YY are 0..99; got {int(yy.min())}..{int(yy.max())}")
+    offsets = torch.arange(-99, 100)
+    end = yy[:, None] + offsets[None, :]                      # (n, 199): YY + o per prompt
+    reached = (end >= 0) & (end < 100)
+    probs = dist.gather(1, end.clamp(0, 99)) * reached        # P(YY' = YY + o) where it is a year, else 0
+    counts = reached.sum(0)
+    means = torch.full((len(offsets),), float("nan"), dtype=torch.float64)
+    some = counts > 0
+    means[some] = probs.sum(0)[some] / counts[some]
+    return offsets, means, counts
 
 
 @torch.no_grad()

@@ -5,10 +5,13 @@
     iv.remove(spec)                                                    # the traced signal
     iv.remove(spec, subspace="random", seed=3)                         # same component, same size,
                                                                        # other singular directions
+    iv.remove(spec, subspace="random_score", seed=3)                   # the same, rescaled to change the
+                                                                       # firing's score as the signal does
     remove_signal(tracer, ids, spec, correct, wrong, subspace=..., seed=...)   # one-off version
 
 Each call returns an :class:`InterventionResult`: the task metric (logit(correct) - logit(wrong)
-at the answer position), the downstream firing's attention weight A_ds, and two cosines:
+at the answer position), the downstream firing's attention weight A_ds and raw score S_ds (before
+and after, as the model computes them in that pass), and two cosines:
 
 - ``head_input_cos`` = cos(x_t, x_t - dx) at the intervention point (the residual entering the
   downstream head's layer at the signal's token): the paper's "the residual barely changes";
@@ -17,8 +20,9 @@ at the answer position), the downstream firing's attention weight A_ds, and two 
   forward pass), so it says little; it is kept as evidence.
 
 plus the size of the removed vector relative to the head's input. :func:`paired_summary` compares
-signal removals with a control per edge (Wilcoxon signed-rank) and over edges (ratio of medians of
-|dLD| with a bootstrap CI over prompts).
+signal removals with a control per edge (Wilcoxon signed-rank), per prompt (ratio of medians of
+|dLD|, :func:`prompt_ratios`, aggregated as a geometric mean over prompts with its bootstrap
+interval) and pooled over edges (ratio of medians with a bootstrap CI over prompts).
 
 Derivation (row vectors; notation of :mod:`accpp.arch`, :mod:`accpp.signals`)
 ------------------------------------------------------------------------------
@@ -81,8 +85,16 @@ computation. Layers below L are untouched, so the captured q, k, v equal the cle
 Random controls: the same component, side and token, with |K| singular indices drawn (seeded)
 from the head's other dh - |K| directions (:func:`random_subspace`): ``"random"`` removes the
 component's part on them (usually much smaller than its part on the signal's directions: a signal
-carries its component's norm, that is how it was found), ``"random_matched"`` rescales that removal
-so |dx~| equals the signal's, a control matched in removed norm.
+carries its component's norm, that is how it was found); ``"random_matched"`` rescales that removal
+so |dx~| equals the signal's, a control matched in removed norm; ``"random_score"`` rescales it so
+that its change of head a's raw score at the firing, scale * qf_d . kf_s, equals the signal's (same
+sign and size), a control matched in removed score. The score is linear in delta (query side:
+dS_ds = -scale * delta . kf_s; key side: -scale * qf_d . delta_s, the row of delta at s), so one
+factor lambda = dS_signal / dS_random matches it exactly; with the score removed the same, what is
+left to differ is the directions the removal acts along (the rest of the score row moves
+differently, and so do the pattern and the head's output). For a key-side signal at one key
+position j other than the source (the per-position variant) the matched entry is (d, j), the only
+one it changes. Soft-capping (Gemma-2) comes after this score and is not part of the match.
 
 Supported: the llama-like adapters (``llama`` = SmolLM2, ``gemma2``, ``gemma3_text``); other
 families raise :class:`accpp.arch.UnsupportedArchitecture`.
@@ -98,11 +110,12 @@ from accpp.arch import get_path
 from accpp.decompose import KIND_BIAS, KIND_EMB, KIND_HEAD, KIND_MLP, KIND_NAMES, KIND_OFFSET, visible
 from accpp.signals import Firing, FiringSolver, SignalEdge, softcap
 
-__all__ = ["SUPPORTED", "SIDES", "NotASignalEdge", "SignalSpec", "InterventionResult", "Intervener",
-           "random_subspace", "remove_signal", "head_patch", "top_seed_edges", "compare_subspaces", "paired_summary",
-           "measure_intervention_selective"]
+__all__ = ["SUPPORTED", "CONTROLS", "SIDES", "NotASignalEdge", "SignalSpec", "InterventionResult", "Intervener",
+           "random_subspace", "remove_signal", "head_patch", "top_seed_edges", "compare_subspaces", "prompt_ratios",
+           "paired_summary", "score_matching_error", "measure_intervention_selective"]
 
 SUPPORTED = ("llama", "gemma2", "gemma3_text")
+CONTROLS = ("random", "random_matched", "random_score")
 SIDES = {"d": "query", "s": "key"}
 _KIND_OF_NAME = {v: k for k, v in KIND_NAMES.items()}
 
@@ -243,7 +256,9 @@ class head_patch:
     """Context manager: in the model's forward pass, subtract ``delta`` (dh,) from head ``a`` of layer
     ``L``'s rotated query at row ``row`` (side "d") or from its own copy of the rotated key at row
     ``row`` (side "s"). ``delta=None``: recompute head a unchanged (a no-op up to rounding).
-    After the pass, ``self.pattern`` is head a's (T, T) attention pattern (float64)."""
+    After the pass, ``self.pattern`` is head a's (T, T) attention pattern (float64), ``self.scores``
+    its raw scores scale * q k^T (before soft-capping and the mask) and ``self.clean_scores`` the
+    same from the unpatched q and k of this pass."""
 
     def __init__(self, model, arch, L: int, a: int, side: str, row: int, delta: torch.Tensor | None):
         check_supported(arch)
@@ -254,6 +269,7 @@ class head_patch:
         self.L, self.a, self.kv, self.side, self.row = L, a, self.lw.kv_of(a), side, row
         self.delta = None if delta is None else delta.detach().to(torch.float64)
         self.pattern = None
+        self.scores = self.clean_scores = None  # head a's raw scores scale * q k^T (T, T), with / without delta
         self._seen: dict = {}
         self._handles: list = []
 
@@ -291,6 +307,8 @@ class head_patch:
     def _patch_o(self, mod, args):
         (x,) = args
         q, k, v = self._head_tensors()
+        lw = self.lw
+        self.clean_scores = lw.scale * q @ k.T
         if self.delta is not None:
             if self.side == "d":
                 q = q.clone()
@@ -298,8 +316,9 @@ class head_patch:
             else:
                 k = k.clone()
                 k[self.row] -= self.delta
-        T, lw = q.shape[0], self.lw
-        S = softcap(lw.scale * q @ k.T, lw.softcap)
+        T = q.shape[0]
+        self.scores = lw.scale * q @ k.T
+        S = softcap(self.scores, lw.softcap)
         mask = torch.zeros(T, T, dtype=torch.bool)
         for t in range(T):
             mask[t, visible(T, t, lw.sliding_window)] = True
@@ -340,7 +359,7 @@ class RunOutput:
 @dataclass
 class InterventionResult:
     spec: SignalSpec
-    subspace: str  # "signal" | "random" | "custom"
+    subspace: str  # "signal" | "random" | "random_matched" | "random_score" | "custom"
     sing_removed: tuple[int, ...]
     seed: int | None
     metric_before: float
@@ -351,6 +370,8 @@ class InterventionResult:
     head_input_cos: float  # cos(x_t, x_t - dx) at the head's input (t = d or the key token)
     removed_norm_ratio: float  # |dx~| / |x~_t|
     delta_norm_ratio: float  # |delta| / |qf_d| (or |kf_j|) in head space
+    score_before: float = float("nan")  # head a's raw score at score_entry(spec), clean (this pass's q, k)
+    score_after: float = float("nan")  # the same with the removal
     extra: dict = field(default_factory=dict)
 
     @property
@@ -361,13 +382,19 @@ class InterventionResult:
     def attn_change(self) -> float:
         return self.attn_after - self.attn_before
 
+    @property
+    def score_change(self) -> float:
+        """Change of head a's raw (pre-softmax) score at the entry the removal is matched on."""
+        return self.score_after - self.score_before
+
     def row(self) -> dict:
         return dict(signal=self.spec.describe(), side=self.spec.side, rank=self.spec.rank, subspace=self.subspace,
                     seed=self.seed, sing=list(self.sing_removed), metric_before=self.metric_before,
                     metric_after=self.metric_after, metric_change=self.metric_change, attn_before=self.attn_before,
                     attn_after=self.attn_after, attn_change=self.attn_change, final_resid_cos=self.final_resid_cos,
                     head_input_cos=self.head_input_cos, removed_norm_ratio=self.removed_norm_ratio,
-                    delta_norm_ratio=self.delta_norm_ratio, attribution=self.spec.attribution,
+                    delta_norm_ratio=self.delta_norm_ratio, score_before=self.score_before,
+                    score_after=self.score_after, score_change=self.score_change, attribution=self.spec.attribution,
                     traced_drop=self.spec.drop, **self.extra)
 
 
@@ -541,42 +568,89 @@ class Intervener:
         patch = head_patch(self.model, self.arch, spec.layer, spec.head, spec.side, row, delta)
         return self.run(patch, skip_below=spec.layer if self.replay else 0), patch
 
+    def score_entry(self, spec: SignalSpec) -> tuple[int, int]:
+        """(d, j): the entry of head (layer, head)'s score matrix a removal is matched on. The firing's
+        own score (dest, src), except for a key-side signal at one key position j other than the source
+        (the per-position variant), whose removal changes the score (dest, j) alone."""
+        if spec.side == "s" and not spec.span:
+            return spec.dest, spec.token
+        return spec.dest, spec.src
+
+    def _clean_vec(self, L: int, a: int, t: int, side: str) -> torch.Tensor:
+        """qf_t (side "q") or head a's kf_t (side "k") of the clean run, from the decomposition."""
+        B = (self.solver.svd.Ut if side == "q" else self.solver.svd.Vt)[L, a]
+        return torch.linalg.solve(B.mT, self.solver.token_coeffs(L, a, t, side)[0].sum(0))
+
+    def score_change(self, spec: SignalSpec, delta: torch.Tensor) -> float:
+        """Change of head a's raw score scale * qf_d . kf_j at :meth:`score_entry` when ``delta`` (as
+        :meth:`head_delta` returns it) is subtracted: -scale * delta . kf_j (query side) or
+        -scale * qf_d . delta_j (key side, the row of delta at j; 0 if the removal does not act at j).
+        Exact: the score is linear in each of qf_d and kf_j (before soft-capping, which Gemma-2 applies
+        after it)."""
+        d, j = self.score_entry(spec)
+        L, a = spec.layer, spec.head
+        scale = self.arch.layers[L].scale
+        if spec.side == "d":
+            return -scale * float(delta @ self._clean_vec(L, a, j, "k"))
+        rows = self.rows(spec)
+        if j not in rows:
+            return 0.0
+        row = delta[rows.index(j)] if spec.span else delta
+        return -scale * float(self._clean_vec(L, a, d, "q") @ row)
+
     def remove(self, spec: SignalSpec, subspace: str = "signal", seed: int | None = None,
                sing=None) -> InterventionResult:
         """Remove the signal (``subspace="signal"``), a random same-size subspace of the other singular
-        directions (``"random"``, ``seed`` required), the same random subspace with its removal rescaled
-        so that |dx~| equals the signal's (``"random_matched"``: a control matched in removed norm, the
-        random directions carry less of the component) or explicit indices (``"custom"``, ``sing``).
-        ``extra["norm_scale"]`` is the rescaling factor (1 unless matched)."""
+        directions (``"random"``, ``seed`` required), or that same random subspace with its removal
+        rescaled by one factor so that
+
+        - ``"random_matched"``: |dx~| equals the signal's (matched in removed norm; the random
+          directions carry less of the component), or
+        - ``"random_score"``: its change of head a's raw score at :meth:`score_entry` equals the
+          signal's (matched in removed score: same sign and size, so the two removals differ only in
+          which directions they act along; the factor is negative where the component's part on the
+          random directions raises that score),
+
+        or explicit indices (``"custom"``, ``sing``). ``extra["norm_scale"]`` / ``extra["score_scale"]``
+        is the rescaling factor (1 unless so matched); ``extra["predicted_score_change"]`` the change of
+        the score :meth:`score_change` predicts (the result's ``score_change`` is the model's)."""
         self.validate(spec)
         if subspace == "signal":
             K = spec.sing
-        elif subspace == "random":
+        elif subspace in ("random", "random_matched", "random_score"):
             if seed is None:
-                raise ValueError("subspace='random' needs a seed")
-            K = random_subspace(spec.sing, self.arch.d_head, seed)
-        elif subspace == "random_matched":
-            if seed is None:
-                raise ValueError("subspace='random_matched' needs a seed")
+                raise ValueError(f"subspace={subspace!r} needs a seed")
             K = random_subspace(spec.sing, self.arch.d_head, seed)
         elif subspace == "custom":
             if sing is None:
                 raise ValueError("subspace='custom' needs sing=")
             K = tuple(int(k) for k in sing)
         else:
-            raise ValueError(f"unknown subspace {subspace!r}: 'signal', 'random', 'random_matched' or 'custom'")
+            raise ValueError(f"unknown subspace {subspace!r}: 'signal', 'random', 'random_matched', 'random_score' "
+                             "or 'custom'")
         delta = self.head_delta(spec, K)
         dx = self.input_delta(spec, delta)
-        scale = 1.0
+        norm_scale = score_scale = 1.0
         if subspace == "random_matched":  # same directions as 'random', rescaled to the signal's removed norm
             target = self.input_delta(spec, self.head_delta(spec, spec.sing)).norm()
             if not float(dx.norm()) > 0:
                 raise ValueError(f"{spec.describe()}: the component has no part on the random directions {list(K)}; "
                                  "cannot match the signal's removed norm")
-            scale = float(target / dx.norm())
-            delta, dx = delta * scale, dx * scale
+            norm_scale = float(target / dx.norm())
+            delta, dx = delta * norm_scale, dx * norm_scale
+        elif subspace == "random_score":  # same directions, rescaled to the signal's change of the score
+            target = self.score_change(spec, self.head_delta(spec, spec.sing))
+            got = self.score_change(spec, delta)
+            if got == 0.0:
+                raise ValueError(f"{spec.describe()}: removing the component's part on the random directions {list(K)} "
+                                 f"leaves the score at {self.score_entry(spec)} unchanged; cannot match the signal's "
+                                 "change of the score")
+            score_scale = target / got
+            delta, dx = delta * score_scale, dx * score_scale
+        predicted = self.score_change(spec, delta)
         out, patch = self.apply(spec, delta)
         L, a, d, s = spec.layer, spec.head, spec.dest, spec.src
+        ed, ej = self.score_entry(spec)
         t = torch.tensor(self.rows(spec)) if spec.span else spec.token
         x = self.dec.acts.resid[L, t] / (self.dec.sigma[L, t][:, None] if spec.span else self.dec.sigma[L, t])  # x~_t
         clean_head = self._clean_head_vector(spec)
@@ -586,7 +660,9 @@ class Intervener:
             attn_before=float(self.clean.attn[L, a, d, s]), attn_after=float(out.attn[L, a, d, s]),
             final_resid_cos=_cos(self.clean.final_resid, out.final_resid),
             head_input_cos=_cos(x, x - dx), removed_norm_ratio=float(dx.norm() / x.norm()),
-            delta_norm_ratio=float(delta.norm() / clean_head.norm()), extra=dict(norm_scale=scale))
+            delta_norm_ratio=float(delta.norm() / clean_head.norm()),
+            score_before=float(patch.clean_scores[ed, ej]), score_after=float(patch.scores[ed, ej]),
+            extra=dict(norm_scale=norm_scale, score_scale=score_scale, predicted_score_change=predicted))
 
     def _clean_head_vector(self, spec: SignalSpec) -> torch.Tensor:
         """qf_d (query side) or kf_j (key side; every row of :meth:`rows` when spanning) of the clean
@@ -619,24 +695,60 @@ def top_seed_edges(graph, k: int, variant: str = "authors") -> list[SignalSpec]:
 
 def compare_subspaces(iv: Intervener, spec: SignalSpec, n_random: int, seed: int = 0,
                       controls=("random",)) -> list[InterventionResult]:
-    """The signal removed, then for each control in ``controls`` ("random", "random_matched") ``n_random``
-    random same-size subspaces (seeds seed, seed+1, ...; the same draws for every control)."""
+    """The signal removed, then for each control in ``controls`` ("random", "random_matched",
+    "random_score") ``n_random`` random same-size subspaces (seeds seed, seed+1, ...; the same draws for
+    every control)."""
     for c in controls:
-        if c not in ("random", "random_matched"):
-            raise ValueError(f"unknown control {c!r}: 'random' or 'random_matched'")
+        if c not in CONTROLS:
+            raise ValueError(f"unknown control {c!r}: one of {', '.join(map(repr, CONTROLS))}")
     return [iv.remove(spec)] + [iv.remove(spec, c, seed=seed + r) for c in controls for r in range(n_random)]
 
 
-def paired_summary(df, control: str = "random_matched", seed: int = 0, n_boot: int = 2000) -> dict:
-    """Signal removals against a control, per edge and over edges.
+def prompt_ratios(df, control: str = "random_score"):
+    """Per prompt: median |dLD| of its signal removals, median |dLD| of its ``control`` removals (every
+    draw of every edge of the prompt) and their ratio. ``df`` as for :func:`paired_summary`. Returns a
+    DataFrame indexed by prompt with columns ``median_abs_dld_signal``, ``median_abs_dld_control``,
+    ``ratio``, ``n_edges``, ``n_control``; a prompt without both kinds of rows, or whose control
+    removals leave the metric exactly unchanged, is a ValueError (its ratio would be undefined)."""
+    import pandas as pd
+
+    need = {"prompt", "subspace", "metric_change"}
+    missing = need - set(df.columns)
+    if missing:
+        raise ValueError(f"prompt_ratios: missing columns {sorted(missing)}")
+    d = df.assign(abs_dld=df["metric_change"].abs())
+    sig, ctl = d[d["subspace"] == "signal"], d[d["subspace"] == control]
+    if sig.empty or ctl.empty:
+        raise ValueError(f"prompt_ratios: need rows with subspace 'signal' and {control!r}")
+    sig, ctl = sig.groupby("prompt")["abs_dld"], ctl.groupby("prompt")["abs_dld"]
+    out = pd.DataFrame(dict(median_abs_dld_signal=sig.median(), median_abs_dld_control=ctl.median(),
+                            n_edges=sig.size(), n_control=ctl.size()))
+    lacking = out.index[out[["median_abs_dld_signal", "median_abs_dld_control"]].isna().any(axis=1)].tolist()
+    if lacking:
+        raise ValueError(f"prompt_ratios: prompts {lacking[:5]} lack signal or {control!r} removals")
+    zero = out.index[out["median_abs_dld_control"] <= 0].tolist()
+    if zero:
+        raise ValueError(f"prompt_ratios: on prompts {zero[:5]} the median {control!r} removal leaves the metric "
+                         "unchanged; the ratio is undefined")
+    out["n_edges"], out["n_control"] = out["n_edges"].astype(int), out["n_control"].astype(int)
+    out["ratio"] = out["median_abs_dld_signal"] / out["median_abs_dld_control"]
+    return out
+
+
+def paired_summary(df, control: str = "random_score", seed: int = 0, n_boot: int = 2000) -> dict:
+    """Signal removals against a control, per prompt, per edge and over edges.
 
     ``df``: one row per intervention (:meth:`InterventionResult.row` plus ``edge`` and ``prompt``
     columns), with ``subspace`` "signal" for one row per edge and ``control`` for that edge's draws.
     Returns (all |dLD| = |change of the metric|):
 
-    - ``abs_dld_ratio``: median |dLD| of the signal removals / median |dLD| of the control removals;
-      ``abs_dld_ratio_ci_low`` / ``_ci_high``: 2.5th / 97.5th percentiles over ``n_boot`` bootstrap
-      resamples of the prompts (each brings its edges and their draws), seeded;
+    - ``gm_ratio``: the geometric mean over prompts of the per-prompt ratio of median |dLD|, signal /
+      control (:func:`prompt_ratios`); ``gm_ratio_ci_low`` / ``_ci_high``: its percentile bootstrap
+      interval over prompts (``compendium.stats.geometric_mean_ci``, seeded); ``prompt_ratios``: the
+      per-prompt ratios (in prompt order);
+    - ``abs_dld_ratio``: median |dLD| of all signal removals / median |dLD| of all control removals
+      (pooled over prompts); ``abs_dld_ratio_ci_low`` / ``_ci_high``: 2.5th / 97.5th percentiles over
+      ``n_boot`` bootstrap resamples of the prompts (each brings its edges and their draws), seeded;
     - ``wilcoxon_p``: one-sided Wilcoxon signed-rank test, per edge signal |dLD| minus the mean |dLD|
       of its control draws (paired, > 0); ``frac_edges_signal_above``: edges where the signal's |dLD|
       exceeds every one of its draws';
@@ -647,6 +759,8 @@ def paired_summary(df, control: str = "random_matched", seed: int = 0, n_boot: i
     """
     import numpy as np
     from scipy.stats import wilcoxon
+
+    from compendium.stats import geometric_mean, geometric_mean_ci
 
     need = {"edge", "prompt", "subspace", "metric_change", "metric_before", "head_input_cos", "final_resid_cos",
             "removed_norm_ratio"}
@@ -668,6 +782,8 @@ def paired_summary(df, control: str = "random_matched", seed: int = 0, n_boot: i
     diff = (sig["abs_dld"] - ctl_mean).to_numpy()
     p = float(wilcoxon(diff, alternative="greater").pvalue) if np.any(diff != 0) else 1.0
 
+    per_prompt = prompt_ratios(df, control)
+    gm_lo, gm_hi = geometric_mean_ci(per_prompt["ratio"], n_boot=n_boot, seed=seed)
     prompts = np.array(sorted(d["prompt"].unique()))
     sig_by_p = {q: g["abs_dld"].to_numpy() for q, g in sig.groupby("prompt")}
     ctl_by_p = {q: g["abs_dld"].to_numpy() for q, g in ctl.groupby("prompt")}
@@ -681,6 +797,8 @@ def paired_summary(df, control: str = "random_matched", seed: int = 0, n_boot: i
     boot = boot[np.isfinite(boot)]
     ratio = float(sig["abs_dld"].median() / ctl["abs_dld"].median())
     return dict(
+        gm_ratio=geometric_mean(per_prompt["ratio"]), gm_ratio_ci_low=gm_lo, gm_ratio_ci_high=gm_hi,
+        prompt_ratios=[float(x) for x in per_prompt["ratio"]],
         abs_dld_ratio=ratio,
         abs_dld_ratio_ci_low=float(np.percentile(boot, 2.5)) if len(boot) else float("nan"),
         abs_dld_ratio_ci_high=float(np.percentile(boot, 97.5)) if len(boot) else float("nan"),
@@ -696,56 +814,98 @@ def paired_summary(df, control: str = "random_matched", seed: int = 0, n_boot: i
         n_boot=int(len(boot)))
 
 
+def score_matching_error(df, control: str = "random_score") -> float:
+    """Largest |score change of a ``control`` removal - score change of its edge's signal removal| over
+    the table (the model's raw scores at the matched entry, ``score_change`` of the rows), relative to
+    the largest |signal score change|: ~1e-7 for a float32 model, 0 up to rounding in float64."""
+    need = {"edge", "subspace", "score_change"}
+    missing = need - set(df.columns)
+    if missing:
+        raise ValueError(f"score_matching_error: missing columns {sorted(missing)}")
+    sig = df[df["subspace"] == "signal"].set_index("edge")["score_change"]
+    ctl = df[df["subspace"] == control]
+    if sig.empty or ctl.empty:
+        raise ValueError(f"score_matching_error: need rows with subspace 'signal' and {control!r}")
+    gap = (ctl["score_change"].to_numpy() - sig.reindex(ctl["edge"]).to_numpy())
+    return float(abs(gap).max() / max(float(sig.abs().max()), 1e-300))
+
+
 def measure_intervention_selective(df, paired: dict[str, dict], consistency: float, n_random: int,
                                    config: dict | None = None):
     """Claim accpp/intervention-selective: removing a traced signal moves the task metric more than
-    removing random same-rank subspaces of the same norm.
+    removing a random same-rank subspace that changes the firing's score as much.
 
-    ``df``: one row per intervention (as for :func:`paired_summary`, plus ``attn_drop``; a ``sing``
-    column is left out of the recorded table); ``paired``: :func:`paired_summary` against each control,
-    keyed "random_matched" (the check's control) and "random"; ``consistency``: the largest
-    |A_after - (A - traced drop)| over the signal removals (the model against the tracer's prediction).
-    The brief's cosine (the claim's paper value) goes into the note beside the measured cosines.
+    ``df``: one row per intervention (as for :func:`paired_summary`, plus ``attn_drop`` and
+    ``score_change``; a ``sing`` column is left out of the recorded table); ``paired``:
+    :func:`paired_summary` against each control, keyed "random_score" (the check's control: matched in
+    the removed score), "random_matched" (matched in removed norm) and "random" (as drawn), all
+    evidence but the first; ``consistency``: the largest |A_after - (A - traced drop)| over the signal
+    removals (the model against the tracer's prediction). The check reads ``abs_dld_ratio``: the
+    geometric mean over prompts of the per-prompt ratio of median |dLD| (signal / score-matched), with
+    its bootstrap interval over prompts. The brief's cosine (the claim's paper value) goes into the
+    note beside the measured cosines.
     """
     from compendium.claims import Measurement, get_claim
 
     who = "measure_intervention_selective"
-    missing = [c for c in ("random_matched", "random") if c not in paired]
+    missing = [c for c in CONTROLS if c not in paired]
     if missing:
         raise ValueError(f"{who}: no paired summary against {missing}")
-    for col in ("subspace", "attn_drop"):
+    for col in ("subspace", "attn_drop", "score_change"):
         if col not in df:
             raise ValueError(f"{who}: the intervention table lacks column {col!r}")
     sig = df[df["subspace"] == "signal"]
     if len(sig) == 0:
         raise ValueError(f"{who}: no signal removals in the table")
-    main, rnd = paired["random_matched"], paired["random"]
+    main, norm, rnd = paired["random_score"], paired["random_matched"], paired["random"]
     paper_cos = float(get_claim("accpp/intervention-selective").paper_value)
     cfg = dict(config or {})
     n_edges = int(len(sig))
+    score_ctl = df[df["subspace"] == "random_score"]
+    scale = score_ctl["score_scale"].abs() if "score_scale" in score_ctl else None
     return Measurement(
         claim="accpp/intervention-selective",
-        values=dict(abs_dld_ratio=main["abs_dld_ratio"], abs_dld_ratio_ci_low=main["abs_dld_ratio_ci_low"],
+        values=dict(abs_dld_ratio=main["gm_ratio"], abs_dld_ratio_ci_low=main["gm_ratio_ci_low"],
+                    abs_dld_ratio_ci_high=main["gm_ratio_ci_high"], n_prompts=main["n_prompts"],
                     n_edges=n_edges, n_random=n_random),
         evidence=dict(
-            control="random_matched (same directions as random, rescaled to the signal's removed norm)",
-            abs_dld_ratio_ci_high=main["abs_dld_ratio_ci_high"], wilcoxon_p=main["wilcoxon_p"],
+            control="random_score (same directions as random, rescaled so that the firing's raw score changes as "
+                    "much as under the signal's removal)",
+            prompt_ratios=[round(x, 4) for x in main["prompt_ratios"]],
+            score_matching_rel_error=score_matching_error(df, "random_score"),
+            median_abs_score_scale=float(scale.median()) if scale is not None else float("nan"),
+            pooled_abs_dld_ratio=main["abs_dld_ratio"], pooled_abs_dld_ratio_ci_low=main["abs_dld_ratio_ci_low"],
+            pooled_abs_dld_ratio_ci_high=main["abs_dld_ratio_ci_high"], wilcoxon_p=main["wilcoxon_p"],
             frac_edges_signal_above=main["frac_edges_signal_above"],
-            median_abs_dld_signal=main["median_abs_dld_signal"], median_abs_dld_matched=main["median_abs_dld_control"],
-            median_rel_dld_signal=main["median_rel_dld_signal"], median_rel_dld_matched=main["median_rel_dld_control"],
+            median_abs_dld_signal=main["median_abs_dld_signal"],
+            median_abs_dld_score_matched=main["median_abs_dld_control"],
+            median_rel_dld_signal=main["median_rel_dld_signal"],
+            median_rel_dld_score_matched=main["median_rel_dld_control"],
+            median_removed_norm_score_matched=main["median_removed_norm_control"],
+            abs_dld_ratio_vs_norm_matched=norm["gm_ratio"],
+            abs_dld_ratio_vs_norm_matched_ci_low=norm["gm_ratio_ci_low"],
+            abs_dld_ratio_vs_norm_matched_ci_high=norm["gm_ratio_ci_high"],
+            pooled_abs_dld_ratio_vs_norm_matched=norm["abs_dld_ratio"], wilcoxon_p_vs_norm_matched=norm["wilcoxon_p"],
+            median_abs_dld_norm_matched=norm["median_abs_dld_control"],
+            median_rel_dld_norm_matched=norm["median_rel_dld_control"],
             median_head_input_cos_signal=main["median_head_input_cos_signal"],
-            median_head_input_cos_matched=main["median_head_input_cos_control"],
+            median_head_input_cos_norm_matched=norm["median_head_input_cos_control"],
+            median_head_input_cos_score_matched=main["median_head_input_cos_control"],
             median_final_resid_cos_signal=main["median_final_resid_cos_signal"],
             median_removed_norm_signal=main["median_removed_norm_signal"],
             median_removed_norm_random=rnd["median_removed_norm_control"],
-            abs_dld_ratio_vs_random=rnd["abs_dld_ratio"], abs_dld_ratio_vs_random_ci_low=rnd["abs_dld_ratio_ci_low"],
-            wilcoxon_p_vs_random=rnd["wilcoxon_p"],
+            abs_dld_ratio_vs_random=rnd["gm_ratio"], abs_dld_ratio_vs_random_ci_low=rnd["gm_ratio_ci_low"],
+            abs_dld_ratio_vs_random_ci_high=rnd["gm_ratio_ci_high"], wilcoxon_p_vs_random=rnd["wilcoxon_p"],
             median_attn_drop_signal=float(sig["attn_drop"].median()),
             tracer_consistency_max_abs=float(consistency)),
         tables={"04_signal_interventions": df.drop(columns=["sing"], errors="ignore")},
-        config=cfg, unit="x (median |dLD|, signal / norm-matched random)",
-        note=(f"{cfg.get('model', 'the model')}, {cfg.get('n_prompts', '?')} IOI prompts, {n_edges} signal edges into "
-              f"seed firings, {n_random} draws per control. Cosine at the intervention point: median "
+        config=cfg, unit="x (median |dLD| per prompt, signal / score-matched random; geometric mean over prompts)",
+        note=(f"{cfg.get('model', 'the model')}, {main['n_prompts']} IOI prompts, {n_edges} signal edges into "
+              f"seed firings, {n_random} draws per control. Signal / score-matched random: geometric mean "
+              f"{main['gm_ratio']:.2f} (95% interval {main['gm_ratio_ci_low']:.2f}-{main['gm_ratio_ci_high']:.2f}); "
+              f"signal / norm-matched random: {norm['gm_ratio']:.2f} ({norm['gm_ratio_ci_low']:.2f}-"
+              f"{norm['gm_ratio_ci_high']:.2f}). Cosine at the intervention point: median "
               f"{main['median_head_input_cos_signal']:.4f} for signals (brief: about {paper_cos}); final residual "
               f"{main['median_final_resid_cos_signal']:.4f}. Relative change of the logit difference: median "
-              f"{main['median_rel_dld_signal']:+.2f} (signal) vs {main['median_rel_dld_control']:+.3f} (norm-matched)."))
+              f"{main['median_rel_dld_signal']:+.2f} (signal) vs {main['median_rel_dld_control']:+.3f} (score-matched), "
+              f"{norm['median_rel_dld_control']:+.3f} (norm-matched)."))

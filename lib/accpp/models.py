@@ -85,7 +85,7 @@ def _convert(name: str, folder: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = gguf_path(name)
-    logging.getLogger(__name__).warning("converting %s from GGUF once into %s", name, folder)
+    logging.getLogger(__name__).warning("converting %s from GGUF once into %s", name, paths.portable(folder))
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     model.hf_quantizer = None

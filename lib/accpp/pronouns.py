@@ -19,7 +19,9 @@ Where ours differ (all ours, written for this project):
 
 * templates: five of our own in the same shape ("So {name} is <a description of a person>, isn't"),
   with other descriptions (:data:`TEMPLATES`); within one tokenizer they share one token layout, so
-  the name and every other word sit at the same position in every prompt;
+  the name and every other word sit at the same position in every prompt. The claims measure the task
+  over several template families (:mod:`accpp.families`: the authors' five templates, these, and
+  others of ours with the name inside a sentence or first in one);
 * names: our own lists of 12 male and 12 female English first names (:data:`MALE_NAMES`,
   :data:`FEMALE_NAMES`), kept only where " name" is ONE token for the tokenizer in use (all 24 are,
   for SmolLM2-135M and Gemma-3-270M); a name given explicitly that is not one token is an error;
@@ -32,15 +34,16 @@ import random
 from dataclasses import dataclass, field
 
 import networkx as nx
+import numpy as np
 import torch
 
 from accpp.datasets import MultiTokenName, _token_span, check_filler, name_token
 from accpp.trace import Circuit, Tracer
 
 __all__ = ["TEMPLATES", "MALE_NAMES", "FEMALE_NAMES", "PRONOUNS", "GENDERS", "PronounPrompt", "PronounMetrics",
-           "pronoun_id", "usable_names", "make_prompt", "pronoun_prompts", "balanced_sample", "evaluate",
-           "trace_pronoun", "head_seeds", "reached_sources", "name_paths", "size_row", "measure_behaviour",
-           "measure_size_ratio", "measure_name_paths"]
+           "pronoun_id", "usable_names", "make_prompt", "pronoun_prompts", "balanced_sample", "family_sample",
+           "evaluate", "trace_pronoun", "head_seeds", "reached_sources", "circuit_name_paths", "name_path_table",
+           "name_path_summary", "size_row", "measure_behaviour", "measure_size_ratio", "measure_name_paths"]
 
 TEMPLATES: tuple[str, ...] = (
     "So {name} is a very kind neighbour, isn't",
@@ -183,10 +186,32 @@ def balanced_sample(prompts: list[PronounPrompt], n: int, seed: int) -> list[Pro
     return out
 
 
+def family_sample(prompts: list[PronounPrompt], families, n_per_family: int, seed: int) -> list[PronounPrompt]:
+    """``n_per_family`` prompts of each family in ``families`` (seeded; :func:`balanced_sample` within the
+    family: half male and half female names, round-robin over its templates), in an order that spreads
+    every prefix over the families and genders: first one prompt of each family, then a second of each,
+    and so on, each family's own alternating male and female. So the first k * len(families) prompts
+    hold k of each family (about half of each gender)."""
+    families = list(families)
+    if not families or len(set(families)) != len(families):
+        raise ValueError(f"family_sample needs distinct families, got {families}")
+    per = []
+    for i, fam in enumerate(families):
+        own = [p for p in prompts if p.family == fam]
+        if len(own) < n_per_family:
+            raise ValueError(f"family {fam!r}: asked for {n_per_family} prompts, only {len(own)} given")
+        picked = balanced_sample(own, n_per_family, seed=seed + 7919 * i)
+        male = [p for p in picked if p.gender == "male"]
+        female = [p for p in picked if p.gender == "female"]
+        per.append([p for pair in zip(male, female) for p in pair] + male[len(female):] + female[len(male):])
+    return [fam[k] for k in range(n_per_family) for fam in per]
+
+
 @dataclass(frozen=True)
 class PronounMetrics:
     logit_diff: torch.Tensor  # (n,) logit(correct pronoun) - logit(other) at the last position
     male: torch.Tensor  # (n,) bool
+    family: tuple[str, ...] = ()  # the prompts' template families (empty: not recorded)
 
     @property
     def accuracy(self) -> float:
@@ -197,6 +222,16 @@ class PronounMetrics:
         return dict(logit_diff=float(ld.mean()), accuracy=self.accuracy, n=int(ld.numel()),
                     logit_diff_male=float(ld[m].mean()) if m.any() else float("nan"),
                     logit_diff_female=float(ld[~m].mean()) if (~m).any() else float("nan"))
+
+    def by_family(self) -> dict[str, dict]:
+        """{family: {n, logit_diff, accuracy}} in the order the families first occur."""
+        if len(self.family) != self.logit_diff.numel():
+            raise ValueError("these metrics record no family per prompt (evaluate() records them)")
+        out = {}
+        for fam in dict.fromkeys(self.family):
+            ld = self.logit_diff[torch.tensor([f == fam for f in self.family])]
+            out[fam] = dict(n=int(ld.numel()), logit_diff=float(ld.mean()), accuracy=float((ld > 0).double().mean()))
+        return out
 
 
 @torch.no_grad()
@@ -216,14 +251,15 @@ def evaluate(model, prompts: list[PronounPrompt]) -> PronounMetrics:
         c = torch.tensor([prompts[i].correct_id for i in idx])
         w = torch.tensor([prompts[i].wrong_id for i in idx])
         ld[idx] = logits[r, c] - logits[r, w]
-    return PronounMetrics(ld, torch.tensor([p.gender == "male" for p in prompts]))
+    return PronounMetrics(ld, torch.tensor([p.gender == "male" for p in prompts]), tuple(p.family for p in prompts))
 
 
 def trace_pronoun(tracer: Tracer, p: PronounPrompt) -> Circuit:
     """ACC++ circuit of logit(correct pronoun) - logit(other) at the last position ("prob" seeding: the
     correct pronoun's log-probability); the prompt goes into meta."""
     c = tracer.trace(p.ids(), p.correct_id, None if tracer.config.seeding == "prob" else p.wrong_id)
-    c.meta.update(text=p.text, name=p.name, gender=p.gender, template=p.template, pos=dict(p.pos))
+    c.meta.update(text=p.text, name=p.name, gender=p.gender, template=p.template, family=p.family, pos=dict(p.pos),
+                  spans={k: list(v) for k, v in p.spans.items()})
     return c
 
 
@@ -247,49 +283,77 @@ def reached_sources(g: nx.MultiDiGraph, node: str) -> set[int]:
     return out
 
 
-def name_paths(circuits: list[Circuit]) -> dict:
-    """How the head seeds' positive attribution reaches the name token, pooled over ``circuits``.
+def circuit_name_paths(c: Circuit) -> dict | None:
+    """How one circuit's head seeds' positive attribution reaches its name, or None when the circuit has
+    no head seed of positive attribution.
 
     A head seed reaches position p when its own firing or one of its ancestors is a head firing whose
-    source is p (:func:`reached_sources`). With A_p = the positive attribution of the head seeds that
-    reach p and A = that of all head seeds, pooled over the circuits:
+    source is p (:func:`reached_sources`); it reaches the name when it reaches any token of the name's
+    span (``meta["spans"]["name"]``, else the single position ``meta["pos"]["name"]``). With A_p = the
+    positive attribution of the head seeds that reach p and A = that of all head seeds of the circuit:
 
-    * ``name_path_share`` = A_name / A;
-    * ``position_shares`` = {p: A_p / A} for the other positions (all except 0, the name and the answer);
-    * ``name_path_margin`` = name_path_share - max(position_shares) (the share itself if there are none);
-    * ``direct_name_share``: the same with the seed's own source only (heads at the answer position
-      reading the name directly).
+    * ``name_path_share`` = A_name / A (``name_reach`` = A_name, ``head_seed_total`` = A);
+    * ``position_shares`` = {p: A_p / A} for the other positions: all except 0 (the attention sink),
+      the name's tokens and the answer (last) position;
+    * ``name_path_margin`` = name_path_share - max(position_shares) (the share itself if there are none),
+      ``top_other`` the position of that maximum (-1 if none);
+    * ``direct_name_share``: the same as name_path_share with the seed's own source only (heads at the
+      answer position reading the name directly).
 
-    The circuits must share one token layout (same length, name at the same position); circuits with
-    no head seed of positive attribution are skipped (``n_circuits`` counts the others).
+    A name that starts at position 0 (a prompt-initial name without a beginning-of-sequence token) shares
+    that position with the attention sink, so reads of the sink count as reads of the name there.
     """
-    layouts = {(len(c.tokens), c.meta["pos"]["name"]) for c in circuits}
-    if len(layouts) > 1:
-        raise ValueError(f"the circuits have different token layouts (length, name position): {sorted(layouts)}; "
-                         "pool circuits of one layout")
+    meta = c.meta
+    end = len(c.tokens) - 1
+    span = meta.get("spans", {}).get("name")
+    a, b = (span[0], span[1]) if span else (meta["pos"]["name"], meta["pos"]["name"] + 1)
+    if not 0 <= a < b <= end:
+        raise ValueError(f"name span [{a}, {b}) does not lie before the answer position {end}")
+    name = set(range(a, b))
+    seeds = [(u, w) for u, w in head_seeds(c.graph) if w > 0]
+    if not seeds:
+        return None
     total = direct = 0.0
     reach: dict[int, float] = {}
-    used = 0
-    name = end = None
+    to_name = 0.0
+    for u, w in seeds:
+        total += w
+        direct += w if int(c.graph.nodes[u]["src"]) in name else 0.0
+        got = reached_sources(c.graph, u)
+        to_name += w if got & name else 0.0
+        for p in got:
+            reach[p] = reach.get(p, 0.0) + w
+    others = {p: reach.get(p, 0.0) / total for p in range(1, end) if p not in name}
+    share = to_name / total
+    top = max(others, key=lambda p: (others[p], -p)) if others else -1
+    return dict(name_path_share=share, name_path_margin=share - (others[top] if others else 0.0),
+                direct_name_share=direct / total, position_shares=others, top_other=top, name_reach=to_name,
+                head_seed_total=total, name_span=[a, b])
+
+
+def name_path_table(circuits: list[Circuit]):
+    """One row per circuit with a head seed of positive attribution (:func:`circuit_name_paths`): the
+    prompt's text, family, template and gender, ``name_path_share``, ``name_path_margin``,
+    ``direct_name_share``, ``name_reach``, ``head_seed_total`` and the most-reached other token
+    (``top_other`` position, ``top_other_token``, ``top_other_share``); circuits without one are left out."""
+    import pandas as pd
+
+    rows = []
     for c in circuits:
-        name, end = c.meta["pos"]["name"], len(c.tokens) - 1
-        seeds = [(u, a) for u, a in head_seeds(c.graph) if a > 0]
-        if not seeds:
+        r = circuit_name_paths(c)
+        if r is None:
             continue
-        used += 1
-        for u, a in seeds:
-            total += a
-            direct += a if int(c.graph.nodes[u]["src"]) == name else 0.0
-            for p in reached_sources(c.graph, u):
-                reach[p] = reach.get(p, 0.0) + a
-    if used == 0:
-        return dict(name_path_share=float("nan"), name_path_margin=float("nan"), direct_name_share=float("nan"),
-                    position_shares={}, n_circuits=0, head_seed_total=0.0, name_position=name)
-    others = {p: reach.get(p, 0.0) / total for p in range(1, end) if p != name}
-    share = reach.get(name, 0.0) / total
-    return dict(name_path_share=share, name_path_margin=share - max(others.values(), default=0.0),
-                direct_name_share=direct / total, position_shares=others, n_circuits=used, head_seed_total=total,
-                name_position=name)
+        top = r["top_other"]
+        rows.append(dict(text=c.meta.get("text", ""), family=c.meta.get("family", ""),
+                         template=c.meta.get("template", -1), gender=c.meta.get("gender", ""),
+                         name_path_share=r["name_path_share"], name_path_margin=r["name_path_margin"],
+                         direct_name_share=r["direct_name_share"], name_reach=r["name_reach"],
+                         head_seed_total=r["head_seed_total"], top_other=top,
+                         top_other_token=c.tokens[top] if top >= 0 else "",
+                         top_other_share=r["position_shares"].get(top, 0.0)))
+    cols = ["text", "family", "template", "gender", "name_path_share", "name_path_margin", "direct_name_share",
+            "name_reach", "head_seed_total", "top_other", "top_other_token", "top_other_share"]
+    return pd.DataFrame(rows, columns=cols)
 
 
 # ---------------------------------------------------------------- measurements for the claims
@@ -297,9 +361,9 @@ def name_paths(circuits: list[Circuit]) -> dict:
 def size_row(p: PronounPrompt, accpp: Circuit, acc: Circuit) -> dict:
     """One row of the ACC vs ACC++ size table; ``accpp_status`` labels an ACC++ circuit that is empty or
     has no expanded firing (:data:`accpp.graph.STATUSES`), whose node count is then not a circuit size."""
-    return dict(text=p.text, gender=p.gender, accpp_status=accpp.status, accpp_nodes=accpp.graph.number_of_nodes(),
-                acc_nodes=acc.graph.number_of_nodes(), accpp_firings=accpp.n_firings, acc_firings=acc.n_firings,
-                acc_truncated=bool(acc.meta["truncated"]),
+    return dict(text=p.text, family=p.family, template=p.template, gender=p.gender, accpp_status=accpp.status,
+                accpp_nodes=accpp.graph.number_of_nodes(), acc_nodes=acc.graph.number_of_nodes(),
+                accpp_firings=accpp.n_firings, acc_firings=acc.n_firings, acc_truncated=bool(acc.meta["truncated"]),
                 ratio=acc.graph.number_of_nodes() / accpp.graph.number_of_nodes(),
                 accpp_seconds=accpp.seconds, acc_seconds=acc.seconds)
 
@@ -309,72 +373,161 @@ def _per_model(d: dict, what: str) -> None:
         raise ValueError(f"{what}: no models")
 
 
-def measure_behaviour(metrics: dict[str, PronounMetrics], config: dict | None = None):
-    """Claim accpp/pronoun-behaviour: the smallest model mean logit difference and accuracy."""
+def _mean_ci(x, n_boot: int, seed: int) -> tuple[float, float]:
+    from compendium.stats import bootstrap_mean_ci
+
+    return bootstrap_mean_ci(x, n_boot=n_boot, seed=seed)
+
+
+def measure_behaviour(metrics: dict[str, PronounMetrics], config: dict | None = None, n_boot: int = 2000,
+                      seed: int = 0):
+    """Claim accpp/pronoun-behaviour: the smallest model mean logit difference and the smallest model
+    accuracy, each with its percentile bootstrap interval over that model's prompts; per model and per
+    template family (:meth:`PronounMetrics.by_family`, when recorded) as evidence."""
     from compendium.claims import Measurement
     import pandas as pd
 
     _per_model(metrics, "measure_behaviour")
     per = {m: x.summary() for m, x in metrics.items()}
-    lo_ld = min(v["logit_diff"] for v in per.values())
-    lo_acc = min(v["accuracy"] for v in per.values())
-    table = pd.DataFrame([dict(model=m, **v) for m, v in per.items()])
+    worst_ld = min(per, key=lambda m: per[m]["logit_diff"])
+    worst_acc = min(per, key=lambda m: per[m]["accuracy"])
+    ld_lo, ld_hi = _mean_ci(metrics[worst_ld].logit_diff.numpy(), n_boot, seed)
+    acc_lo, acc_hi = _mean_ci((metrics[worst_acc].logit_diff > 0).double().numpy(), n_boot, seed)
+    fams = {m: x.by_family() for m, x in metrics.items() if len(x.family) == x.logit_diff.numel()}
+    table = pd.DataFrame([dict(model=m, family="all", **v) for m, v in per.items()]
+                         + [dict(model=m, family=f, **v) for m, by in fams.items() for f, v in by.items()])
     return Measurement(
-        claim="accpp/pronoun-behaviour", values=dict(logit_diff=lo_ld, accuracy=lo_acc, n_models=len(per)),
-        evidence=dict(per_model=per), tables={"06_gendered_pronoun_behaviour": table}, config=dict(config or {}),
+        claim="accpp/pronoun-behaviour",
+        values=dict(logit_diff=per[worst_ld]["logit_diff"], logit_diff_ci_low=ld_lo, logit_diff_ci_high=ld_hi,
+                    accuracy=per[worst_acc]["accuracy"], accuracy_ci_low=acc_lo, accuracy_ci_high=acc_hi,
+                    n_models=len(per)),
+        evidence=dict(per_model=per, per_family=fams,
+                      min_family_accuracy=min((v["accuracy"] for by in fams.values() for v in by.values()),
+                                              default=float("nan"))),
+        tables={"06_gendered_pronoun_behaviour": table}, config=dict(config or {}),
         note="; ".join(f"{m}: mean logit diff {v['logit_diff']:.2f} (male {v['logit_diff_male']:.2f}, female "
                        f"{v['logit_diff_female']:.2f}), accuracy {v['accuracy']:.2f} on {v['n']} prompts"
+                       + ("" if m not in fams else " (by family: " + ", ".join(
+                           f"{f} {b['accuracy']:.2f}" for f, b in fams[m].items()) + ")")
                        for m, v in per.items()))
 
 
-def measure_size_ratio(tables: dict[str, "pd.DataFrame"], accuracy: float, config: dict | None = None):
-    """Claim accpp/pronoun-smaller-than-acc from per-model tables of :func:`size_row` rows."""
+def _gm(x, n_boot: int, seed: int) -> tuple[float, float, float]:
+    from compendium.stats import geometric_mean, geometric_mean_ci
+
+    lo, hi = geometric_mean_ci(x, n_boot=n_boot, seed=seed)
+    return geometric_mean(x), lo, hi
+
+
+def measure_size_ratio(tables: dict[str, "pd.DataFrame"], accuracy: float, config: dict | None = None,
+                       n_boot: int = 2000, seed: int = 0):
+    """Claim accpp/pronoun-smaller-than-acc from per-model tables of :func:`size_row` rows: the geometric
+    mean over prompts of ACC / ACC++ nodes pooled over models, and each model's own, each with its
+    percentile bootstrap interval over prompts (``compendium.stats.geometric_mean_ci``); the smallest and
+    the largest model geometric means (with their intervals) for the check's per-model conditions;
+    per family (when the tables have a ``family`` column) as evidence, and (with an ``accpp_status``
+    column) how many ACC++ circuits expanded no firing (``n_accpp_not_traced``) and the geometric mean
+    without them (``size_ratio_traced_only``)."""
     from compendium.claims import Measurement
+    from compendium.stats import geometric_mean
     import pandas as pd
 
     _per_model(tables, "measure_size_ratio")
     if any(len(t) == 0 for t in tables.values()):
         raise ValueError("measure_size_ratio: a model has no compared prompts")
+    for m, t in tables.items():
+        r = t["ratio"].to_numpy(dtype=float)
+        if not (np.isfinite(r) & (r > 0)).all():
+            raise ValueError(f"measure_size_ratio: {m} has ratios that are not finite and positive: "
+                             f"{r[~(np.isfinite(r) & (r > 0))][:3].tolist()} (an ACC++ circuit with no nodes?)")
     allrows = pd.concat([t.assign(model=m) for m, t in tables.items()], ignore_index=True)
-    per = {m: float(t["ratio"].mean()) for m, t in tables.items()}
-    ratio = float(allrows["ratio"].mean())
+    ratio, lo, hi = _gm(allrows["ratio"], n_boot, seed)
+    per = {m: _gm(t["ratio"], n_boot, seed) for m, t in tables.items()}
+    low_m, high_m = min(per, key=lambda m: per[m][0]), max(per, key=lambda m: per[m][0])
+    per_family = ({f: dict(zip(("size_ratio", "ci_low", "ci_high"), _gm(g["ratio"], n_boot, seed)), n=len(g))
+                   for f, g in allrows.groupby("family", sort=False)} if "family" in allrows else {})
+    direction = "below" if hi < 2 else "above" if lo > 10 else "within" if 2 <= lo and hi <= 10 else "straddles"
+    traced = allrows["accpp_status"] == "traced" if "accpp_status" in allrows else None
+    not_traced = dict(n_accpp_not_traced=int((~traced).sum()),
+                      size_ratio_traced_only=(geometric_mean(allrows.loc[traced, "ratio"]) if traced.any()
+                                              else float("nan"))) if traced is not None else {}
     return Measurement(
         claim="accpp/pronoun-smaller-than-acc",
-        values=dict(size_ratio=ratio, size_ratio_min_model=min(per.values()), size_ratio_max_model=max(per.values()),
+        values=dict(size_ratio=ratio, size_ratio_ci_low=lo, size_ratio_ci_high=hi,
+                    size_ratio_min_model=per[low_m][0], size_ratio_min_model_ci_low=per[low_m][1],
+                    size_ratio_min_model_ci_high=per[low_m][2],
+                    size_ratio_max_model=per[high_m][0], size_ratio_max_model_ci_low=per[high_m][1],
+                    size_ratio_max_model_ci_high=per[high_m][2],
                     n_compared_min_model=min(len(t) for t in tables.values()),
                     acc_truncated=bool(allrows["acc_truncated"].any()), accuracy=float(accuracy)),
-        evidence=dict(per_model=per, ratios=allrows["ratio"].round(3).tolist(),
-                      direction="below" if ratio < 2 else "above" if ratio > 10 else "within",
-                      accpp_nodes_mean=float(allrows["accpp_nodes"].mean()), acc_nodes_mean=float(allrows["acc_nodes"].mean())),
+        evidence=dict(per_model={m: dict(size_ratio=v[0], ci_low=v[1], ci_high=v[2], n=len(tables[m]))
+                                 for m, v in per.items()},
+                      per_family=per_family, ratios=allrows["ratio"].round(3).tolist(), **not_traced,
+                      arithmetic_mean_ratio=float(allrows["ratio"].mean()), direction=direction,
+                      accpp_nodes_mean=float(allrows["accpp_nodes"].mean()),
+                      acc_nodes_mean=float(allrows["acc_nodes"].mean())),
         tables={"06_gendered_pronoun_acc": allrows}, config=dict(config or {}) | dict(acc="authors' ACC (ACCConfig())"),
-        note="mean ACC / ACC++ node ratio: " + "; ".join(f"{m} {r:.1f} over {len(tables[m])} prompts"
-                                                         for m, r in per.items()))
+        note="geometric mean ACC / ACC++ node ratio: " + "; ".join(
+            f"{m} {v[0]:.1f} (95% interval {v[1]:.1f}-{v[2]:.1f}) over {len(tables[m])} prompts" for m, v in per.items())
+        + ("" if not per_family else "; by family: " + ", ".join(f"{f} {v['size_ratio']:.1f}"
+                                                                  for f, v in per_family.items())))
 
 
-def measure_name_paths(paths: dict[str, dict], accuracy: float, tokens: dict[str, list[str]] | None = None,
-                       config: dict | None = None):
-    """Claim accpp/pronoun-name-paths from per-model :func:`name_paths` results (smallest over models)."""
+def name_path_summary(t) -> dict:
+    """Aggregates of :func:`name_path_table` rows: ``n`` circuits, the mean ``name_path_share``,
+    ``name_path_margin`` and ``direct_name_share``, the share pooled by attribution
+    (``pooled_name_path_share`` = sum of name_reach / sum of head_seed_total) and the three other tokens
+    most often the most-reached one (``top_other_tokens``, "'token' xcount, ...")."""
+    if len(t) == 0:
+        raise ValueError("name_path_summary: no circuits")
+    top = t.loc[t["top_other"] >= 0, "top_other_token"].value_counts().head(3)
+    return dict(n=len(t), name_path_share=float(t["name_path_share"].mean()),
+                name_path_margin=float(t["name_path_margin"].mean()),
+                direct_name_share=float(t["direct_name_share"].mean()),
+                pooled_name_path_share=float(t["name_reach"].sum() / t["head_seed_total"].sum()),
+                top_other_tokens=", ".join(f"{k!r} x{v}" for k, v in top.items()))
+
+
+def measure_name_paths(tables: dict[str, "pd.DataFrame"], accuracy: float, config: dict | None = None,
+                       n_boot: int = 2000, seed: int = 0):
+    """Claim accpp/pronoun-name-paths from per-model :func:`name_path_table` tables (one row per circuit
+    with a head seed of positive attribution): per model, the mean over circuits of the per-circuit
+    ``name_path_share`` and ``name_path_margin``, each with its percentile bootstrap interval over the
+    circuits; the check reads the smallest model mean of each. Evidence: per model and per family the
+    means, the attribution-weighted (pooled) share and the direct share."""
     from compendium.claims import Measurement
     import pandas as pd
 
-    _per_model(paths, "measure_name_paths")
-    rows = []
-    for m, r in paths.items():
-        toks, name = (tokens or {}).get(m), r.get("name_position")
-        rows.append(dict(model=m, position=name, token=toks[name] if toks and name is not None else "",
-                         role="name", share=r["name_path_share"]))
-        rows += [dict(model=m, position=p, token=toks[p] if toks else "", role="other", share=s)
-                 for p, s in r["position_shares"].items()]
+    _per_model(tables, "measure_name_paths")
+    if any(len(t) == 0 for t in tables.values()):
+        raise ValueError("measure_name_paths: a model has no circuit with a head seed of positive attribution")
+    summary = name_path_summary
+    per = {}
+    for m, t in tables.items():
+        per[m] = summary(t)
+        per[m]["share_ci"] = _mean_ci(t["name_path_share"].to_numpy(), n_boot, seed)
+        per[m]["margin_ci"] = _mean_ci(t["name_path_margin"].to_numpy(), n_boot, seed)
+    ws = min(per, key=lambda m: per[m]["name_path_share"])
+    wm = min(per, key=lambda m: per[m]["name_path_margin"])
+    allrows = pd.concat([t.assign(model=m) for m, t in tables.items()], ignore_index=True)
+    per_family = {m: {f: summary(g) for f, g in t.groupby("family", sort=False)} for m, t in tables.items()}
     return Measurement(
         claim="accpp/pronoun-name-paths",
-        values=dict(name_path_share=min(r["name_path_share"] for r in paths.values()),
-                    name_path_margin=min(r["name_path_margin"] for r in paths.values()),
-                    n_circuits_min_model=min(r["n_circuits"] for r in paths.values()), accuracy=float(accuracy)),
-        evidence=dict(per_model={m: dict(name_path_share=r["name_path_share"], name_path_margin=r["name_path_margin"],
-                                         direct_name_share=r["direct_name_share"], n_circuits=r["n_circuits"])
-                                 for m, r in paths.items()},
-                      direct_name_share=min(r["direct_name_share"] for r in paths.values())),
-        tables={"06_gendered_pronoun_name_paths": pd.DataFrame(rows)}, config=dict(config or {}),
-        note="; ".join(f"{m}: name reached by {r['name_path_share']:.2f} of the head seeds' attribution (margin "
-                       f"{r['name_path_margin']:+.2f} over the next token; read directly from the answer position: "
-                       f"{r['direct_name_share']:.2f}) over {r['n_circuits']} circuits" for m, r in paths.items()))
+        values=dict(name_path_share=per[ws]["name_path_share"], name_path_share_ci_low=per[ws]["share_ci"][0],
+                    name_path_share_ci_high=per[ws]["share_ci"][1],
+                    name_path_margin=per[wm]["name_path_margin"], name_path_margin_ci_low=per[wm]["margin_ci"][0],
+                    name_path_margin_ci_high=per[wm]["margin_ci"][1],
+                    n_circuits_min_model=min(len(t) for t in tables.values()), accuracy=float(accuracy)),
+        evidence=dict(per_model={m: {k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()}
+                                 for m, r in per.items()},
+                      per_family=per_family, direct_name_share=min(r["direct_name_share"] for r in per.values()),
+                      pooled_name_path_share=min(r["pooled_name_path_share"] for r in per.values())),
+        tables={"06_gendered_pronoun_name_paths": allrows}, config=dict(config or {}),
+        note="; ".join(f"{m}: the name is reached by a mean {r['name_path_share']:.2f} (95% interval "
+                       f"{r['share_ci'][0]:.2f}-{r['share_ci'][1]:.2f}) of a circuit's head-seed attribution, margin "
+                       f"{r['name_path_margin']:+.2f} ({r['margin_ci'][0]:+.2f} to {r['margin_ci'][1]:+.2f}) over its "
+                       f"most-reached other token, over {r['n']} circuits (pooled by attribution "
+                       f"{r['pooled_name_path_share']:.2f}; read directly from the answer position "
+                       f"{r['direct_name_share']:.2f}); by family: "
+                       + ", ".join(f"{f} {v['name_path_share']:.2f}" for f, v in per_family[m].items())
+                       for m, r in per.items()))

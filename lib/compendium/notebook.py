@@ -27,8 +27,12 @@ def current_name() -> str | None:
     return runs.read_json(runs.current() / "params.json").get("notebook") or None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Notebook:
+    """What :func:`start` set up. Shown as the last line of a cell, it is a one-line summary whose
+    folders are named relative to the repository (or to the variable that moved them,
+    :func:`compendium.paths.portable`), so no saved output holds an absolute path."""
+
     name: str
     profile: str
     seed: int
@@ -41,9 +45,20 @@ class Notebook:
     def paper(self) -> str | None:
         return self.name.split("/", 1)[0] if "/" in self.name else None
 
+    def _summary(self, code) -> str:
+        try:
+            figures = Path(self.out).relative_to(self.run_dir).as_posix()
+        except ValueError:
+            figures = paths.portable(self.out)
+        return (f"{code(self.name)} · profile {code(self.profile)} ({profiles.describe(self.profile)}) · "
+                f"seed {self.seed} · device {code(self.device)} · run folder {code(paths.portable(self.run_dir))} "
+                f"(figures in {code(figures)})")
+
+    def __repr__(self) -> str:
+        return self._summary(str)
+
     def _repr_markdown_(self) -> str:
-        return (f"`{self.name}` · profile `{self.profile}` ({profiles.describe(self.profile)}) · seed {self.seed} · "
-                f"device `{self.device}` · run folder `{paths.display(self.run_dir)}`")
+        return self._summary(lambda text: f"`{text}`")
 
 
 def _check_cuda(device: str) -> None:

@@ -107,6 +107,29 @@ def display(path: str | os.PathLike) -> str:
         return path.as_posix()
 
 
+#: The folders a notebook's outputs may name paths from, as the variables that move them.
+_PORTABLE_BASES = ("COMPENDIUM_OUTPUT", "COMPENDIUM_RUN_DIR", "COMPENDIUM_CACHE", "COMPENDIUM_DATA")
+
+
+def portable(path: str | os.PathLike) -> str:
+    """``path`` as a notebook's outputs show it, never as an absolute path of one machine: relative
+    to the repository root when it lies inside it (``build/runs/<run>``); else, inside a folder
+    moved by one of COMPENDIUM_OUTPUT, COMPENDIUM_RUN_DIR, COMPENDIUM_CACHE, COMPENDIUM_DATA,
+    relative to that variable (``$COMPENDIUM_OUTPUT/runs/<run>``); else its name alone."""
+    path = Path(path).resolve()
+    bases = [("", repo_root())] + [(f"${name}", Path(os.environ[name]).resolve())
+                                   for name in _PORTABLE_BASES if os.environ.get(name)]
+    for label, base in bases:
+        try:
+            rel = path.relative_to(base).as_posix()
+        except ValueError:
+            continue
+        if not label:
+            return rel
+        return label if rel == "." else f"{label}/{rel}"
+    return path.name
+
+
 class UnsafeOutputError(ValueError):
     """An output folder points into the repository's sources or committed files."""
 

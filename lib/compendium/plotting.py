@@ -53,10 +53,16 @@ def prefixed(name: str, notebook: str | None = None) -> str:
 
 
 class SavedFigure(str):
-    """The path of a saved figure, relative to the repository root (shown without quotes)."""
+    """The path of a file saved into the run's figure folder, relative to the repository root
+    (``repr`` without quotes). As the last line of a notebook cell it shows nothing: the figure
+    itself is the cell's output, and a path there would name one machine's folders when the run
+    folder lies outside the repository; the run's status.json lists every file it wrote."""
 
     def __repr__(self) -> str:
         return str(self)
+
+    def _ipython_display_(self) -> None:
+        """Displayed by IPython: no output."""
 
     @property
     def path(self) -> Path:
@@ -76,15 +82,10 @@ def savefig(fig, name: str, *, profile: str | None = None) -> SavedFigure:
     """
     import shutil
 
-    from compendium import runs
-
-    if not name or name.startswith("/") or ".." in name.split("/") or name.count("/") > 1:
-        raise ValueError(f"figure names look like '<paper>/<figure>', e.g. 'protot/mixer_scaling', got {name!r}")
-    name = prefixed(name)
+    name = _checked(name, "figure", "protot/mixer_scaling")
     if profile is not None:
         fig.text(0.995, 0.005, f"profile: {profile}", ha="right", va="bottom", fontsize=8, color="0.4")
-    path = runs.figures_dir(run=None) / f"{name}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = _run_figure_path(name, ".png")
     with atomic.atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
     mirror = paths.figures_dir() / f"{name}.png"
@@ -92,6 +93,35 @@ def savefig(fig, name: str, *, profile: str | None = None) -> SavedFigure:
     with atomic.atomic_path(mirror) as tmp:
         shutil.copyfile(path, tmp)
     return SavedFigure(paths.display(path))
+
+
+def save_table(table, name: str, **to_csv) -> SavedFigure:
+    """Save ``table`` (a pandas DataFrame or Series) as ``<run>/figures/<name>.csv``, the data behind
+    a figure, named as :func:`savefig` names its PNG: ``"tour/claims_coverage"`` in notebook
+    ``00_tour`` writes ``figures/tour/00_claims_coverage.csv`` beside ``00_claims_coverage.png``.
+    ``to_csv`` goes to ``DataFrame.to_csv`` (e.g. ``index=False``). Returns the path as
+    :func:`savefig` does."""
+    name = _checked(name, "table", "tour/claims_coverage")
+    path = _run_figure_path(name, ".csv")
+    with atomic.atomic_path(path) as tmp:
+        table.to_csv(tmp, **to_csv)
+    return SavedFigure(paths.display(path))
+
+
+def _checked(name: str, what: str, example: str) -> str:
+    """``name`` as ``"<paper>/<name>"`` with the notebook's number (:func:`prefixed`); ValueError otherwise."""
+    if not isinstance(name, str) or not name or name.startswith("/") or ".." in name.split("/") \
+            or name.count("/") > 1:
+        raise ValueError(f"{what} names look like '<paper>/<{what}>', e.g. {example!r}, got {name!r}")
+    return prefixed(name)
+
+
+def _run_figure_path(name: str, suffix: str) -> Path:
+    from compendium import runs
+
+    path = runs.figures_dir(run=None) / f"{name}{suffix}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def paper_line(ax, value: float, label: str = "paper", *, axis: str = "y", **kwargs) -> None:

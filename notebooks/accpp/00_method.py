@@ -49,9 +49,11 @@ print(f"profile {nb.profile}, seed {nb.seed}, device {nb.device}, {torch.get_num
 # A firing is (layer $L$, head $a$, destination $d$, source $s$): the query at token $d$ attends to
 # the key at token $s \le d$ with weight
 #
-# $$A_{ds} = \mathrm{softmax}_j(S_{dj})_{j=s},\qquad
-#   S_{dj} = \mathrm{scale}\;\mathrm{rot}_d(q_d)\cdot \mathrm{rot}_j(k_j),\qquad
-#   q_t = \tilde x_t W_Q,\; k_t = \tilde x_t W_K,\; \tilde x_t = x_t/\sigma_t .$$
+# $$\begin{gathered}
+#   A_{ds} = \mathrm{softmax}_j(S_{dj})_{j=s},\qquad
+#   S_{dj} = \mathrm{scale}\;\mathrm{rot}_d(q_d)\cdot \mathrm{rot}_j(k_j),\\
+#   q_t = \tilde x_t W_Q,\; k_t = \tilde x_t W_K,\; \tilde x_t = x_t/\sigma_t .
+# \end{gathered}$$
 #
 # $x_t$ is the residual stream entering layer $L$ at token $t$ and $\sigma_t = \sqrt{\overline{x_t^2}+\epsilon}$ the
 # input RMSNorm's per-token scale; the norm's gain $g$ is folded into the projections
@@ -197,7 +199,10 @@ assert max(step4.values()) < EXACT
 # with the integral taken by the trapezoid rule on 64 intervals. Completeness: the attributions of
 # a family sum to $S\cdot G = \int_0^1 \tfrac{d}{dt}A_{ds}(tS)\,dt$, so
 #
-# $$\sum_{c,k}\mathrm{attr}(c,k) = S\cdot G = A_{ds} - \tfrac1n\quad(\text{exactly for the integral; to } O(64^{-2}) \text{ for the rule}).$$
+# $$\begin{gathered}
+#   \sum_{c,k}\mathrm{attr}(c,k) = S\cdot G = A_{ds} - \tfrac1n\\
+#   (\text{exactly for the integral; to } O(64^{-2}) \text{ for the rule}).
+# \end{gathered}$$
 
 # %%
 n_t = d_t + 1

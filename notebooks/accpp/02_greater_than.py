@@ -41,7 +41,7 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from accpp import figures
+from accpp import families, figures
 from accpp import greater_than as gt
 from accpp.graph import save_circuit, signal_ranks
 from accpp.models import load_model
@@ -85,15 +85,33 @@ sns.heatmap(dist[order].numpy(), ax=axes[0], cmap="viridis", cbar_kws={"label": 
 axes[0].plot(yy[order].numpy() + 0.5, np.arange(len(prompts)) + 0.5, color="white", lw=1.2, ls="--", label="YY' = YY")
 axes[0].set(xlabel="end year YY'", ylabel="prompts, sorted by start year YY", title="where the probability goes")
 axes[0].legend(loc="lower right", fontsize=8)
-offset = np.arange(-99, 100)
-mean_by_offset = np.array([float(np.nanmean([dist[i, int(yy[i]) + o].item() if 0 <= int(yy[i]) + o < 100 else np.nan
-                                              for i in range(len(prompts))])) for o in offset])
-axes[1].plot(offset, mean_by_offset, color="#4C72B0")
+offset, mean_by_offset, _ = gt.mean_by_offset(dist, yy)  # NaN (not drawn) where no prompt reaches an offset
+axes[1].plot(offset.numpy(), mean_by_offset.numpy(), color="#4C72B0")
 axes[1].axvline(0.5, color="0.3", ls="--", lw=1)
 axes[1].set(xlim=(-40, 60), xlabel="YY' - YY", ylabel="mean probability", title="probability against the offset from YY")
 fig.suptitle(f"Greater-Than behaviour, {MODEL}: P(YY' > YY) - P(YY' <= YY) = {behaviour['prob_diff']:.2f} "
              f"on {len(prompts)} prompts")
 plotting.savefig(fig, "accpp/02_greater_than_behaviour", profile=nb.profile)
+
+# %% [markdown]
+# ### Behaviour per template family (recorded apart from the claims)
+# The same task in other wordings (`accpp.families.GT_FAMILIES`): `paper` (the authors' template),
+# `other` (five of ours) and `initial` (five of ours that begin with the noun). The metric is the
+# probability difference at the traced (units) position; rows are split by `answer_in_prompt`,
+# whether a correct units digit already occurs in the traced input (a head could copy it). This
+# table is not a claim's check; it is saved beside the figures.
+
+# %%
+family_rows = []
+for fam_name in families.GT_FAMILIES:
+    fam_prompts = families.gt_family_set(tok, fam_name, n=PROTOCOL["n_family"], seed=SEED)
+    fam_units = gt.units_prob_diff(model, tok, fam_prompts)
+    for by in (("family",), ("family", "answer_in_prompt")):
+        family_rows.append(families.behaviour_table(fam_prompts, fam_units, by=by, metric="units_prob_diff",
+                                                    model=MODEL))
+by_family = pd.concat(family_rows, ignore_index=True)
+plotting.save_table(by_family, "accpp/greater_than_behaviour_by_family", index=False)
+by_family.round(3)
 
 # %% [markdown]
 # ## 2. ACC++ circuits of the year comparison

@@ -44,8 +44,10 @@ TOL = claims.get_claim("protot/mixer-forms-agree").check.threshold
 # ## 1. The definition (working specification)
 # For one layer with token states $x_t$, prototypes $p_1..p_R$ and projections $W_w, W_r, W_v, W_o$:
 #
-# $$w_{t,k} = \mathrm{softmax}_k\big(\mathrm{sim}(W_w x_t, p_k)/\tau_w\big),\qquad
-#   r_{t,k} = \mathrm{softmax}_k\big(\mathrm{sim}(W_r x_t, p_k)/\tau_r\big),\qquad v_t = W_v x_t$$
+# $$\begin{aligned}
+#   w_{t,k} &= \mathrm{softmax}_k\big(\mathrm{sim}(W_w x_t, p_k)/\tau_w\big),\\
+#   r_{t,k} &= \mathrm{softmax}_k\big(\mathrm{sim}(W_r x_t, p_k)/\tau_r\big),\qquad v_t = W_v x_t
+# \end{aligned}$$
 #
 # $$c_{t,k} = \frac{\sum_{s\le t} \beta_k^{\,t-s}\, w_{s,k}\, v_s}{\sum_{s\le t} \beta_k^{\,t-s}\, w_{s,k} + \varepsilon},
 #   \qquad y_t = \alpha\, W_o \sum_k r_{t,k}\, c_{t,k}$$
@@ -74,8 +76,11 @@ print("half-lives (tokens):", [f"{h:.3g}" for h in (math.log(0.5) / g).tolist()]
 # Name the numerator and denominator of $c_{t,k}$:
 # $S_{t,k} = \sum_{s\le t}\beta_k^{t-s} w_{s,k} v_s \in\mathbb R^{V}$ and $n_{t,k} = \sum_{s\le t}\beta_k^{t-s} w_{s,k}$. Then
 #
-# $$\sum_k r_{t,k}\,c_{t,k} = \sum_k \underbrace{\frac{r_{t,k}}{n_{t,k}+\varepsilon}}_{q_{t,k}}\; S_{t,k}
-#   = q_t^\top S_t,\qquad S_t = \sum_{s\le t} \mathrm{diag}(\beta^{t-s})\, k_s^\top v_s,\quad k_s = w_s .$$
+# $$\begin{aligned}
+#   \sum_k r_{t,k}\,c_{t,k} &= \sum_k \underbrace{\frac{r_{t,k}}{n_{t,k}+\varepsilon}}_{q_{t,k}}\; S_{t,k}
+#   = q_t^\top S_t,\\
+#   S_t &= \sum_{s\le t} \mathrm{diag}(\beta^{t-s})\, k_s^\top v_s,\quad k_s = w_s .
+# \end{aligned}$$
 #
 # This is the generic op `op(q, k, v, log_decay)` of `kernels.proto_mixer` with one head, key width $K=R$ (prototypes) and
 # value width $V$: gated linear attention whose decay is a constant per key channel. The
@@ -118,9 +123,11 @@ assert max(step3.values()) <= TOL
 # Cut the sequence into chunks of $C$ tokens; write $t = nC + i$ ($0\le i<C$) and let $S_{(n)}$ be the
 # state after chunk $n$. Unrolling the recurrence inside chunk $n$ from the state entering it:
 #
-# $$o_{nC+i} = \underbrace{\sum_{j\le i}\Big(\sum_k q_{i,k}\beta_k^{i-j}k_{j,k}\Big)v_j}_{\text{intra-chunk: masked, } O(C^2K)}
-#   \;+\; \underbrace{(q_i\odot\beta^{\,i+1})^\top S_{(n-1)}}_{\text{inter-chunk}},\qquad
-#   S_{(n)} = \mathrm{diag}(\beta^{C})\,S_{(n-1)} + \sum_j \mathrm{diag}(\beta^{C-1-j})\,k_j^\top v_j .$$
+# $$\begin{aligned}
+#   o_{nC+i} &= \underbrace{\sum_{j\le i}\Big(\sum_k q_{i,k}\beta_k^{i-j}k_{j,k}\Big)v_j}_{\text{intra-chunk: masked, } O(C^2K)}
+#   \;+\; \underbrace{(q_i\odot\beta^{\,i+1})^\top S_{(n-1)}}_{\text{inter-chunk}},\\
+#   S_{(n)} &= \mathrm{diag}(\beta^{C})\,S_{(n-1)} + \sum_j \mathrm{diag}(\beta^{C-1-j})\,k_j^\top v_j .
+# \end{aligned}$$
 #
 # Cost: $T/C$ chunks of $O(C^2K + CKV)$ each, i.e. $O(T(CK+KV))$: linear in $T$, with matrix
 # products of size $C$ (what a GPU kernel tiles). Again every decay factor has a non-negative
@@ -177,8 +184,10 @@ forms_agree
 # accumulates per hub $k$ with weights $(1-\beta_k)\beta_k^{t-s}$ and reads from the past only, through a
 # floor on the mass:
 #
-# $$S_t = \sum_{s\le t}(1-\beta_k)\beta_k^{t-s}\,\Pi_{s,k}\,v_s,\qquad n_t = \sum_{s\le t}(1-\beta_k)\beta_k^{t-s}\,\Pi_{s,k},
-#   \qquad M_0 = 0,\quad M_t = \frac{S_{t-1}}{\max(n_{t-1},\,10^{-6})},\qquad y_t = \tfrac{1}{\sqrt H}\sum_h \alpha_h U_h\sum_k R_{t,k}M_{t,k}.$$
+# $$\begin{gathered}
+#   S_t = \sum_{s\le t}(1-\beta_k)\beta_k^{t-s}\,\Pi_{s,k}\,v_s,\qquad n_t = \sum_{s\le t}(1-\beta_k)\beta_k^{t-s}\,\Pi_{s,k},\\
+#   M_0 = 0,\quad M_t = \frac{S_{t-1}}{\max(n_{t-1},\,10^{-6})},\qquad y_t = \tfrac{1}{\sqrt H}\sum_h \alpha_h U_h\sum_k R_{t,k}M_{t,k}.
+# \end{gathered}$$
 #
 # Three steps map it onto the op of sections 2-5:
 # 1. **The $(1-\beta)$ weights are keys.** $S_t = \beta\odot S_{t-1} + k_t^\top v_t$ with $k_t = (1-\beta)\odot\Pi_t$:

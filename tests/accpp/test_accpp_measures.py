@@ -236,12 +236,15 @@ def _interventions():
     for prompt, (sig_ld, drop) in enumerate([(-1.0, 0.3), (-0.4, 0.1)]):
         edge = f"p{prompt}:0"
         rows.append(dict(edge=edge, prompt=prompt, subspace="signal", metric_change=sig_ld, metric_before=2.0,
-                         head_input_cos=0.99, final_resid_cos=0.999, removed_norm_ratio=0.5, attn_drop=drop, sing=[1]))
+                         head_input_cos=0.99, final_resid_cos=0.999, removed_norm_ratio=0.5, attn_drop=drop, sing=[1],
+                         score_change=-0.5 * (prompt + 1), score_scale=1.0))
         for r, ld in enumerate([-0.1, 0.05]):
-            for control, scale in (("random", 0.5), ("random_matched", 1.0)):
+            for control, scale in (("random", 0.5), ("random_matched", 1.0), ("random_score", 2.0)):
                 rows.append(dict(edge=edge, prompt=prompt, subspace=control, metric_change=ld * scale, metric_before=2.0,
                                  head_input_cos=0.98, final_resid_cos=0.999, removed_norm_ratio=0.2 * scale,
-                                 attn_drop=0.0, sing=[r]))
+                                 attn_drop=0.0, sing=[r], score_scale=-3.0 if r else 4.0,
+                                 score_change=-0.5 * (prompt + 1) * (1.01 if control == "random_score" and r else
+                                                                     1.0 if control == "random_score" else 0.3)))
     return pd.DataFrame(rows)
 
 
@@ -249,23 +252,34 @@ def test_intervention_selective():
     from accpp.interventions import measure_intervention_selective, paired_summary
 
     df = _interventions()
-    paired = {c: paired_summary(df, control=c, seed=0, n_boot=50) for c in ("random", "random_matched")}
-    m = measure_intervention_selective(df, paired, consistency=2e-7, n_random=2, config=dict(model="tiny", n_prompts=2))
-    # by hand: signal |dLD| 1.0, 0.4 (median 0.7); matched draws 0.1, 0.05, 0.1, 0.05 (median 0.075)
-    assert m.values["abs_dld_ratio"] == pytest.approx(0.7 / 0.075, rel=1e-12)
-    assert m.values["abs_dld_ratio_ci_low"] == paired["random_matched"]["abs_dld_ratio_ci_low"]
-    assert m.values["n_edges"] == 2 and m.values["n_random"] == 2
+    paired = {c: paired_summary(df, control=c, seed=0, n_boot=50) for c in ("random", "random_matched", "random_score")}
+    m = measure_intervention_selective(df, paired, consistency=2e-7, n_random=2, config=dict(model="tiny"))
+    # by hand: signal |dLD| 1.0 and 0.4 on the two prompts; score-matched draws 0.2, 0.1 on each (median 0.15);
+    # the check's ratio is the geometric mean over prompts of 1.0 / 0.15 and 0.4 / 0.15
+    assert m.values["abs_dld_ratio"] == pytest.approx((1.0 / 0.15 * 0.4 / 0.15) ** 0.5, rel=1e-12)
+    lo, hi = stats.geometric_mean_ci([1.0 / 0.15, 0.4 / 0.15], n_boot=50, seed=0)
+    assert (m.values["abs_dld_ratio_ci_low"], m.values["abs_dld_ratio_ci_high"]) == pytest.approx((lo, hi), rel=1e-12)
+    assert m.values["n_edges"] == 2 and m.values["n_random"] == 2 and m.values["n_prompts"] == 2
+    assert m.evidence["prompt_ratios"] == pytest.approx([1.0 / 0.15, 0.4 / 0.15], abs=1e-4)
+    # norm-matched draws 0.1, 0.05 (median 0.075): evidence, as is the unmatched control
+    assert m.evidence["abs_dld_ratio_vs_norm_matched"] == pytest.approx((1.0 / 0.075 * 0.4 / 0.075) ** 0.5)
+    assert m.evidence["pooled_abs_dld_ratio_vs_norm_matched"] == pytest.approx(0.7 / 0.075)
+    assert m.evidence["abs_dld_ratio_vs_random"] == pytest.approx((1.0 / 0.0375 * 0.4 / 0.0375) ** 0.5)
+    assert m.evidence["pooled_abs_dld_ratio"] == pytest.approx(0.7 / 0.15)
     assert m.evidence["median_attn_drop_signal"] == pytest.approx(0.2)
-    assert m.evidence["abs_dld_ratio_vs_random"] == pytest.approx(0.7 / 0.0375, rel=1e-12)
     assert m.evidence["median_removed_norm_random"] == pytest.approx(0.1)
+    assert m.evidence["score_matching_rel_error"] == pytest.approx(0.01 * 1.0 / 1.0)  # worst draw: 1% of |-1.0|
+    assert m.evidence["median_abs_score_scale"] == pytest.approx(3.5)
     assert m.evidence["tracer_consistency_max_abs"] == 2e-7
     assert "sing" not in m.tables["04_signal_interventions"]
     assert f"brief: about {float(claims.get_claim(m.claim).paper_value)}" in m.note
     fits_ledger(m)
-    with pytest.raises(ValueError, match="random_matched"):
-        measure_intervention_selective(df, {"random": paired["random"]}, 0.0, 2)
+    with pytest.raises(ValueError, match="random_score"):
+        measure_intervention_selective(df, {c: paired[c] for c in ("random", "random_matched")}, 0.0, 2)
     with pytest.raises(ValueError, match="attn_drop"):
         measure_intervention_selective(df.drop(columns=["attn_drop"]), paired, 0.0, 2)
+    with pytest.raises(ValueError, match="score_change"):
+        measure_intervention_selective(df.drop(columns=["score_change"]), paired, 0.0, 2)
     with pytest.raises(ValueError, match="no signal removals"):
         measure_intervention_selective(df[df["subspace"] != "signal"], paired, 0.0, 2)
 

@@ -109,6 +109,46 @@ def test_pronoun_families(tok, split_name):
     assert said.answer_in_prompt and said.correct_id in said.input_ids
 
 
+def test_pronoun_family_wordings(tok):
+    """The authors' family is their five 'So {name} is ..., isn't' templates; ours differ from them; in the
+    'sentence' family the name begins the second sentence, after a space (one token, never position 0)."""
+    authors = fam.PRONOUN_FAMILIES["authors"]
+    assert len(authors) == 5 and all(t.startswith("So {name} is ") and t.endswith(", isn't") for t in authors)
+    assert not set(authors) & set(pr.TEMPLATES)
+    assert all(len(v) == 5 and len(set(v)) == 5 for v in fam.PRONOUN_FAMILIES.values())
+    for t in fam.PRONOUN_FAMILIES["sentence"]:
+        first, second = t.split(". ", 1)
+        assert second.startswith("{name} is ") and "{name}" not in first and t.endswith(", isn't")
+    for p in fam.pronoun_family_set(tok, "sentence", min_names=4):
+        a, b = p.spans["name"]
+        assert b - a == 1 and a > 0 and p.text[p.text.index(p.name) - 2: p.text.index(p.name)] == ". "
+    both = fam.pronoun_families_set(tok, ["authors", "sentence"], min_names=4)
+    assert both == fam.pronoun_family_set(tok, "authors", min_names=4) + fam.pronoun_family_set(tok, "sentence",
+                                                                                               min_names=4)
+    with pytest.raises(ValueError, match="no families"):
+        fam.pronoun_families_set(tok, [])
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("model_name", ["smollm2-135m", "gemma-3-270m"])
+def test_claims_pronoun_families_on_the_offline_tokenizers(model_name):
+    """Every name of ours is one token in the claims' families for both offline tokenizers, and the
+    name never stands at position 0 there (it does in 'initial' for SmolLM2, which has no BOS token)."""
+    from transformers import AutoTokenizer
+
+    from accpp import models
+
+    folder = models.cached_folder(model_name)
+    if not (folder / "config.json").exists():
+        models.load_model(model_name)
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    n_names = len(pr.MALE_NAMES) + len(pr.FEMALE_NAMES)
+    for family in ("authors", "so", "other", "sentence"):
+        prompts = fam.pronoun_family_set(tok, family)
+        assert len(prompts) == 5 * n_names
+        assert all(p.spans["name"][1] - p.spans["name"][0] == 1 and p.spans["name"][0] > 0 for p in prompts)
+
+
 @pytest.mark.parametrize("name, template, error, match", [
     ("", "So {name} is kind, isn't", ValueError, "name '' is empty"),
     ("Ja{x}", "So {name} is kind, isn't", ValueError, "contains the placeholder"),
@@ -132,3 +172,6 @@ def test_behaviour_table_groups_and_counts(tok):
     assert baba["logit_diff"] == -2.0 and baba["accuracy"] == 0.0 and baba["answer_in_prompt"]
     with pytest.raises(ValueError, match="12 prompts but 3"):
         fam.behaviour_table(prompts, ld[:3])
+    named = fam.behaviour_table(prompts, ld, by=("order",), metric="units_prob_diff")
+    assert list(named.columns) == ["order", "n", "units_prob_diff", "accuracy"]
+    assert named.set_index("order")["units_prob_diff"].to_dict() == {"ABBA": 1.0, "BABA": -2.0}

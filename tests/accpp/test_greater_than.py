@@ -367,3 +367,34 @@ def test_trace_gt_traces_the_digit_sets_as_token_sets(seeding):
     assert c.meta["correct"] == correct == [tok.vocab[str(d)] for d in range(3, 10)]
     assert c.meta["wrong"] == (wrong if seeding == "linear" else None) and c.meta["seeding"] == seeding
     assert c.status in ("traced", "negative_logit_diff", "nonpositive_completeness", "no_head_seed", "tau_cut")
+
+
+def test_mean_by_offset_averages_only_the_prompts_that_reach_each_offset():
+    import warnings
+
+    g = torch.Generator().manual_seed(3)
+    dist = torch.rand(5, 100, generator=g, dtype=torch.float64)
+    dist /= dist.sum(1, keepdim=True)
+    yy = torch.tensor([2, 40, 40, 71, 98])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "Mean of empty slice" or any other warning
+        offsets, means, counts = gt.mean_by_offset(dist, yy)
+    assert offsets.tolist() == list(range(-99, 100)) and means.shape == counts.shape == (199,)
+    for k, o in enumerate(offsets.tolist()):
+        reach = [i for i in range(len(yy)) if 0 <= int(yy[i]) + o < 100]
+        assert int(counts[k]) == len(reach)
+        if reach:
+            expected = sum(float(dist[i, int(yy[i]) + o]) for i in reach) / len(reach)
+            assert float(means[k]) == pytest.approx(expected, rel=1e-12, abs=0)
+        else:
+            assert torch.isnan(means[k]), f"offset {o}: no prompt reaches it, the mean is NaN"
+    # the extremes: only YY = 98 reaches -98, no prompt reaches -99 (it needs YY = 99) nor +98 (needs YY <= 1)
+    assert int(counts[offsets.tolist().index(-98)]) == 1
+    assert int(counts[0]) == 0 and int(counts[offsets.tolist().index(98)]) == 0
+
+
+def test_mean_by_offset_refuses_misshapen_input():
+    with pytest.raises(ValueError, match=r"dist must be \(n, 100\) and yy \(n,\)"):
+        gt.mean_by_offset(torch.zeros(3, 99), torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="start years YY are 0..99"):
+        gt.mean_by_offset(torch.zeros(2, 100), torch.tensor([5, 100]))

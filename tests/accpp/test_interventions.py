@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from accpp.arch import UnsupportedArchitecture, get_path
-from accpp.decompose import KIND_HEAD, KIND_MLP
+from accpp.decompose import KIND_HEAD, KIND_MLP, visible
 from accpp.interventions import (Intervener, NotASignalEdge, SignalSpec, compare_subspaces, paired_summary,
-                                  random_subspace)
+                                  prompt_ratios, random_subspace, score_matching_error)
 from accpp.signals import Firing
 from accpp.testing import float64_exact, random_prompt, tiny_model
 from accpp.trace import TraceConfig, Tracer
@@ -271,18 +271,110 @@ def test_norm_matched_random_removes_the_signals_norm(llama):
         iv.remove(spec, "random_matched")
 
 
+def _score_change_by_hand(iv: Intervener, spec: SignalSpec, K) -> float:
+    """-scale * sum_{k in K} S_k alpha_k beta_{j,k} with the component's coefficients on one side (the
+    tracer's factorisation of the score; no head-space vectors, no forward pass)."""
+    L, a, d = spec.layer, spec.head, spec.dest
+    j = spec.token if spec.side == "s" and not spec.span else spec.src
+    coef = iv.coefficients(spec)
+    if spec.side == "d":
+        other = iv.solver.token_coeffs(L, a, j, "k")[0].sum(0)
+    else:
+        other = iv.solver.token_coeffs(L, a, d, "q")[0].sum(0)
+        coef = coef[iv.rows(spec).index(j)] if spec.span else coef
+    idx = torch.tensor(sorted(K))
+    sv = iv.solver.svd.S[L, a]
+    return -iv.arch.layers[L].scale * float((sv[idx] * coef[idx] * other[idx]).sum())
+
+
+@pytest.mark.parametrize("variant", ["authors", "per-position"])
+@pytest.mark.parametrize("family", ["llama", "gemma3_text", "gemma2"])
+def test_score_matched_random_changes_the_score_as_the_signal(exact, family, variant):
+    """'random_score': the random directions of 'random', rescaled so that head a's raw score at the
+    firing (or, for a key-side signal at another key position, at that position) changes in the
+    model exactly as under the signal's removal; both changes equal the tracer's factorisation
+    -scale * sum_K S_k alpha_k beta_k, and the unscaled draw's change differs (so the match is real)."""
+    tracer = _tracer(family, seed=1, variant=variant)
+    iv = Intervener(tracer, random_prompt(11, seed=2), CORRECT, WRONG)
+    n = differs = 0
+    sides = set()
+    specs = []
+    for L, a, d in [(2, 1, 10), (1, 3, 9), (2, 0, 6)]:
+        res = iv.solver.solve(_firing(iv, L, a, d))
+        specs += [SignalSpec.from_edge(res.firing, e, variant) for e in res.edges[:5]]
+        # a key-side signal at one key position other than the source (an MLP's part there)
+        j = next(t for t in visible(iv.T, d, iv.arch.layers[L].sliding_window).tolist() if t != res.firing.src)
+        specs.append(SignalSpec(L, a, d, res.firing.src, "s", KIND_MLP, 0, -1, -1, j, (1, 3)))
+    for i, spec in enumerate(specs):
+        if len(spec.sing) > iv.arch.d_head // 2:
+            continue
+        sig = iv.remove(spec)
+        raw = iv.remove(spec, "random", seed=20 + i)
+        m = iv.remove(spec, "random_score", seed=20 + i)
+        want = _score_change_by_hand(iv, spec, spec.sing)
+        assert sig.score_change == pytest.approx(want, rel=1e-9, abs=1e-12), spec.describe()
+        assert raw.score_change == pytest.approx(_score_change_by_hand(iv, spec, raw.sing_removed), rel=1e-9,
+                                                 abs=1e-12)
+        assert m.sing_removed == raw.sing_removed
+        assert m.score_change == pytest.approx(want, rel=1e-9, abs=1e-12), spec.describe()
+        assert m.extra["predicted_score_change"] == pytest.approx(m.score_change, rel=1e-9, abs=1e-12)
+        assert m.extra["score_scale"] == pytest.approx(want / raw.score_change, rel=1e-9)
+        differs += abs(raw.score_change - want) > 1e-6 * max(1.0, abs(want))
+        sides.add((spec.side, spec.span, spec.token == spec.src))
+        n += 1
+    assert n >= 6 and differs >= n - 1
+    assert {("d", False, False), ("s", False, False), ("s", variant == "authors", True)} <= sides, sides
+
+
+def test_score_matched_scale_reaches_the_model(llama, monkeypatch):
+    """The model runs the rescaled removal (attention weight and metric of a run with the scaled
+    delta, not of the unscaled one); a random draw that leaves the score unchanged cannot be matched."""
+    tracer, ids, iv = llama
+    f = _firing(iv, 2, 1, 9)
+    spec = SignalSpec(f.layer, f.head, f.dest, f.src, "d", KIND_MLP, 1, -1, -1, 9, (0, 4))
+    sig, raw = iv.remove(spec), iv.remove(spec, "random", seed=4)
+    m = iv.remove(spec, "random_score", seed=4)
+    scale = m.extra["score_scale"]
+    out, patch = iv.apply(spec, iv.head_delta(spec, raw.sing_removed) * scale)
+    L, a, d, s = spec.layer, spec.head, spec.dest, spec.src
+    assert m.attn_after == pytest.approx(float(out.attn[L, a, d, s]), abs=1e-12)
+    assert m.metric_after == pytest.approx(out.metric, abs=1e-12)
+    assert float(patch.scores[d, s] - patch.clean_scores[d, s]) == pytest.approx(sig.score_change, rel=1e-9)
+    assert abs(raw.attn_after - m.attn_after) > 1e-4 and abs(scale - 1) > 1e-3
+    assert sig.extra["score_scale"] == 1.0 and raw.extra["score_scale"] == 1.0
+    with pytest.raises(ValueError, match="needs a seed"):
+        iv.remove(spec, "random_score")
+    monkeypatch.setattr(iv, "score_change", lambda spec, delta: 0.0)
+    with pytest.raises(ValueError, match="cannot match the signal's change of the score"):
+        iv.remove(spec, "random_score", seed=4)
+
+
+def test_score_matching_error_reads_the_rows():
+    import pandas as pd
+
+    rows = [dict(edge="e0", subspace="signal", score_change=-2.0), dict(edge="e0", subspace="random_score",
+                                                                         score_change=-2.0),
+            dict(edge="e1", subspace="signal", score_change=-1.0), dict(edge="e1", subspace="random_score",
+                                                                         score_change=-1.1)]
+    assert score_matching_error(pd.DataFrame(rows)) == pytest.approx(0.1 / 2.0)
+    assert score_matching_error(pd.DataFrame(rows[:2])) == 0.0
+    with pytest.raises(ValueError, match="score_change"):
+        score_matching_error(pd.DataFrame(rows).drop(columns=["score_change"]))
+
+
 def test_compare_subspaces_controls(llama):
     tracer, ids, iv = llama
     f = _firing(iv, 2, 1, 9)
     spec = SignalSpec(f.layer, f.head, f.dest, f.src, "d", KIND_MLP, 1, -1, -1, 9, (0,))
-    res = compare_subspaces(iv, spec, 3, seed=10, controls=("random", "random_matched"))
-    assert [r.subspace for r in res] == ["signal"] + ["random"] * 3 + ["random_matched"] * 3
-    assert [r.sing_removed for r in res[1:4]] == [r.sing_removed for r in res[4:]]
+    res = compare_subspaces(iv, spec, 3, seed=10, controls=("random", "random_matched", "random_score"))
+    assert [r.subspace for r in res] == ["signal"] + ["random"] * 3 + ["random_matched"] * 3 + ["random_score"] * 3
+    assert [r.sing_removed for r in res[1:4]] == [r.sing_removed for r in res[4:7]] == [r.sing_removed
+                                                                                        for r in res[7:]]
     with pytest.raises(ValueError, match="unknown control"):
         compare_subspaces(iv, spec, 1, controls=("shuffled",))
 
 
-def _frame(sig_abs, ctl_abs, draws=4, prompts=None):
+def _frame(sig_abs, ctl_abs, draws=4, prompts=None, control="random_score"):
     """One signal row per edge and ``draws`` control rows with the given |dLD| (metric before 2)."""
     import pandas as pd
 
@@ -292,17 +384,24 @@ def _frame(sig_abs, ctl_abs, draws=4, prompts=None):
         base = dict(edge=f"e{e}", prompt=p, metric_before=2.0, head_input_cos=0.9, final_resid_cos=0.999,
                     removed_norm_ratio=0.3)
         rows.append(base | dict(subspace="signal", metric_change=-s))
-        rows += [base | dict(subspace="random_matched", metric_change=-c * (1 + 0.1 * r)) for r in range(draws)]
+        rows += [base | dict(subspace=control, metric_change=-c * (1 + 0.1 * r)) for r in range(draws)]
     return pd.DataFrame(rows)
 
 
 def test_paired_summary_by_hand():
     import numpy as np
 
+    from compendium.stats import geometric_mean_ci
+
     df = _frame([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [0.1] * 6)
     out = paired_summary(df, seed=0, n_boot=500)
     ctl = np.median([0.1 * (1 + 0.1 * r) for r in range(4)])
     assert out["abs_dld_ratio"] == pytest.approx(3.5 / ctl)
+    # one edge per prompt: the prompt's ratio is its signal |dLD| over the median of its draws
+    by_prompt = np.arange(1.0, 7.0) / ctl
+    assert out["prompt_ratios"] == pytest.approx(by_prompt.tolist())
+    assert out["gm_ratio"] == pytest.approx(float(np.exp(np.log(by_prompt).mean())))
+    assert (out["gm_ratio_ci_low"], out["gm_ratio_ci_high"]) == geometric_mean_ci(by_prompt, n_boot=500, seed=0)
     assert out["median_rel_dld_signal"] == pytest.approx(-3.5 / 2)
     assert out["frac_edges_signal_above"] == 1.0
     assert out["wilcoxon_p"] == pytest.approx(1 / 64)  # all 6 differences positive: exact p = 2^-6
@@ -329,3 +428,20 @@ def test_paired_summary_bad_input():
         paired_summary(df.drop(columns=["head_input_cos"]))
     with pytest.raises(ValueError, match="'random'"):
         paired_summary(df, control="random")
+
+
+def test_prompt_ratios_pool_a_prompts_edges_and_draws():
+    """Prompt 0 has two edges (|dLD| 1 and 3) and their four draws each; prompt 1 one edge."""
+    import numpy as np
+
+    df = _frame([1.0, 3.0, 2.0], [0.1, 0.3, 0.5], draws=2, prompts=[0, 0, 1])
+    t = prompt_ratios(df)
+    assert t.index.tolist() == [0, 1] and t["n_edges"].tolist() == [2, 1] and t["n_control"].tolist() == [4, 2]
+    ctl0 = np.median([0.1, 0.11, 0.3, 0.33])
+    assert t.loc[0, "ratio"] == pytest.approx(2.0 / ctl0) and t.loc[1, "ratio"] == pytest.approx(2.0 / 0.525)
+    with pytest.raises(ValueError, match=r"prompts \[1\] lack signal"):
+        prompt_ratios(df[~((df["prompt"] == 1) & (df["subspace"] == "signal"))])
+    with pytest.raises(ValueError, match="leaves the metric unchanged"):
+        prompt_ratios(_frame([1.0], [0.0]))
+    with pytest.raises(ValueError, match="need rows with subspace 'signal' and 'random'"):
+        prompt_ratios(df, control="random")

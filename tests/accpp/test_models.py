@@ -20,6 +20,26 @@ def test_missing_model_says_how_to_install(monkeypatch, tmp_path):
             models.load_model(name)
 
 
+def test_conversion_message_names_no_folder_of_this_machine(monkeypatch, tmp_path, caplog):
+    """The one-time GGUF conversion is announced in a notebook's saved output: the cache folder is
+    named relative to the variable that moved it, never by its absolute path."""
+    import transformers
+
+    monkeypatch.setenv("COMPENDIUM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(models, "gguf_path", lambda name: tmp_path / "gguf" / "model.gguf")
+
+    class Stop(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Stop
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", stop)
+    with caplog.at_level("WARNING", logger=models.__name__), pytest.raises(Stop):
+        models._convert("smollm2-135m", models.cached_folder("smollm2-135m"))
+    assert caplog.messages == ["converting smollm2-135m from GGUF once into $COMPENDIUM_CACHE/models/smollm2-135m"]
+
+
 @pytest.fixture(scope="module")
 def smollm2():
     torch.set_num_threads(2)

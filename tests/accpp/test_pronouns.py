@@ -175,12 +175,14 @@ def test_trace_on_a_tiny_model_records_the_prompt(exact):
     c = pr.trace_pronoun(tracer, p)
     assert c.logit_diff == pytest.approx(abs(ld), rel=1e-9)
     assert c.meta["pos"] == p.pos and c.meta["name"] == "James" and c.meta["text"] == p.text
+    assert c.meta["family"] == "so" and c.meta["spans"] == {"name": [1, 2]}
     seeds = pr.head_seeds(c.graph)
     assert seeds and sum(a for _, a in seeds if a > 0) > 0
-    res = pr.name_paths([c])
-    assert res["n_circuits"] == 1 and res["name_position"] == p.pos["name"] == 1
+    res = pr.circuit_name_paths(c)
+    assert res["name_span"] == [1, 2] == [p.pos["name"], p.pos["name"] + 1]
     assert 0 <= res["direct_name_share"] <= res["name_path_share"] <= 1
     assert set(res["position_shares"]) == set(range(2, len(p.input_ids) - 1))
+    assert len(pr.name_path_table([c])) == 1
     # the size table labels the ACC++ circuit's status; a circuit of the unpreferred pronoun is empty
     other = pr.make_prompt(tok, 0, "James", "female" if p.gender == "male" else "male")
     empty = pr.trace_pronoun(tracer, other)
@@ -196,7 +198,7 @@ def _head(g, layer, head, dest, src):
     return nid
 
 
-def _circuit(seeds, upstream, T=6, name=1):
+def _circuit(seeds, upstream, T=6, name=1, span=None, family="so", gender="male"):
     """seeds: [(layer, head, src, attribution)]; upstream: [((layer, head, dest, src), seed index)]."""
     g = nx.MultiDiGraph()
     g.add_node(f"LOGITS@{T - 1}", kind="logits", layer=9, head=-1, dest=T - 1, src=-1)
@@ -209,56 +211,166 @@ def _circuit(seeds, upstream, T=6, name=1):
     g.add_edge(f"M3@{T - 1}", f"LOGITS@{T - 1}", side="seed", attribution=5.0)  # not a head: ignored
     for (layer, head, dest, src), k in upstream:
         g.add_edge(_head(g, layer, head, dest, src), ids[k], side="s", attribution=0.1)
-    return Circuit(g, [f"t{i}" for i in range(T)], 1.0, 0.0, 0, {"pos": {"name": name, "end": T - 1}})
+    meta = {"pos": {"name": name, "end": T - 1}, "family": family, "gender": gender, "text": f"{family} {T}"}
+    if span is not None:
+        meta["spans"] = {"name": list(span)}
+    return Circuit(g, [f"t{i}" for i in range(T)], 1.0, 0.0, 0, meta)
 
 
 def test_name_paths_by_hand():
     # seed 0 reads token 2, which an upstream head filled from the name (1): reaches 2 and 1
     # seed 1 reads the name directly; seed 2 reads token 3 only; seed 3 is negative (ignored)
     c = _circuit([(5, 0, 2, 2.0), (5, 1, 1, 1.0), (4, 0, 3, 1.0), (4, 1, 1, -3.0)], [((2, 0, 2, 1), 0)])
-    r = pr.name_paths([c])
+    r = pr.circuit_name_paths(c)
     assert r["name_path_share"] == pytest.approx(3 / 4)
     assert r["direct_name_share"] == pytest.approx(1 / 4)
     assert r["position_shares"] == pytest.approx({2: 2 / 4, 3: 1 / 4, 4: 0.0})
-    assert r["name_path_margin"] == pytest.approx(3 / 4 - 2 / 4)
-    assert r["n_circuits"] == 1
+    assert r["name_path_margin"] == pytest.approx(3 / 4 - 2 / 4) and r["top_other"] == 2
+    assert (r["name_reach"], r["head_seed_total"]) == (3.0, 4.0)
+    assert pr.circuit_name_paths(_circuit([(5, 0, 1, -1.0)], [])) is None  # no positive head seed
 
 
-def test_name_paths_pool_by_attribution_and_skip_empty_circuits():
-    a = _circuit([(5, 0, 1, 3.0)], [])
-    b = _circuit([(5, 0, 3, 1.0)], [])
+def test_name_paths_count_a_name_of_several_tokens_once():
+    """A name spanning tokens 1-2: a seed reading either reaches the name (once, not twice), and
+    neither token is an 'other' position; position 0 never is."""
+    c = _circuit([(5, 0, 2, 1.0), (5, 1, 1, 1.0), (4, 0, 3, 2.0), (4, 1, 0, 4.0)], [((2, 0, 3, 2), 2)], T=7, name=2,
+                 span=(1, 3))
+    r = pr.circuit_name_paths(c)
+    assert r["name_path_share"] == pytest.approx(4 / 8)  # seeds 0, 1 and (through its ancestor) 2
+    assert r["direct_name_share"] == pytest.approx(2 / 8)
+    assert set(r["position_shares"]) == {3, 4, 5} and r["position_shares"][3] == pytest.approx(2 / 8)
+    assert r["name_path_margin"] == pytest.approx(4 / 8 - 2 / 8)
+    with pytest.raises(ValueError, match="answer position"):
+        pr.circuit_name_paths(_circuit([(5, 0, 1, 1.0)], [], T=4, span=(1, 4)))
+
+
+def test_name_path_table_and_summary():
+    a = _circuit([(5, 0, 1, 3.0), (5, 1, 3, 1.0)], [], family="authors")  # share 3/4, margin 3/4 - 1/4
+    b = _circuit([(5, 0, 3, 1.0)], [], family="other", gender="female")  # share 0, margin -1
     empty = _circuit([(5, 0, 1, -1.0)], [])
-    r = pr.name_paths([a, b, empty])
-    assert r["name_path_share"] == pytest.approx(3 / 4) and r["n_circuits"] == 2
-    assert r["name_path_margin"] == pytest.approx(3 / 4 - 1 / 4)
-    assert math.isnan(pr.name_paths([empty])["name_path_share"])
+    t = pr.name_path_table([a, b, empty])
+    assert t["family"].tolist() == ["authors", "other"] and t["gender"].tolist() == ["male", "female"]
+    assert t["name_path_share"].tolist() == pytest.approx([0.75, 0.0])
+    assert t["name_path_margin"].tolist() == pytest.approx([0.5, -1.0])
+    assert t["top_other_token"].tolist() == ["t3", "t3"] and t["top_other_share"].tolist() == pytest.approx([0.25, 1.0])
+    s = pr.name_path_summary(t)
+    assert s["n"] == 2 and s["name_path_share"] == pytest.approx(0.375) and s["name_path_margin"] == pytest.approx(-0.25)
+    assert s["pooled_name_path_share"] == pytest.approx(3 / 5)  # by attribution: 3 of 4 + 1
+    assert s["top_other_tokens"] == "'t3' x2"
+    assert list(pr.name_path_table([empty]).columns) == list(t.columns)
+    with pytest.raises(ValueError, match="no circuits"):
+        pr.name_path_summary(t.iloc[:0])
 
 
-def test_name_paths_refuse_mixed_layouts():
-    with pytest.raises(ValueError, match="layouts"):
-        pr.name_paths([_circuit([(5, 0, 1, 1.0)], []), _circuit([(5, 0, 1, 1.0)], [], T=7)])
+# ------------------------------------------------------------------ samples over families
+
+def test_family_sample_spreads_over_families_and_genders(gpt2_tok):
+    from accpp import families as fam
+
+    prompts = fam.pronoun_families_set(gpt2_tok, ["authors", "so", "other"], min_names=4)
+    got = pr.family_sample(prompts, ["authors", "so", "other"], 6, seed=1)
+    assert got == pr.family_sample(prompts, ["authors", "so", "other"], 6, seed=1) and len(set(got)) == 18
+    assert got != pr.family_sample(prompts, ["authors", "so", "other"], 6, seed=2)
+    assert [p.family for p in got[:6]] == ["authors", "so", "other"] * 2  # every prefix spread over families
+    for f in ("authors", "so", "other"):
+        own = [p for p in got if p.family == f]
+        assert [p.gender for p in own] == ["male", "female"] * 3  # alternating, so prefixes are balanced too
+        assert len({p.template for p in own if p.gender == "male"}) == 3  # round-robin over templates
+    with pytest.raises(ValueError, match="family 'sentence'.*only 0"):
+        pr.family_sample(prompts, ["authors", "sentence"], 2, seed=0)
+    with pytest.raises(ValueError, match="distinct families"):
+        pr.family_sample(prompts, ["so", "so"], 2, seed=0)
+
+
+def test_metrics_by_family(gpt2_tok):
+    m = pr.PronounMetrics(torch.tensor([2.0, -1.0, 3.0, 1.0], dtype=torch.float64), torch.tensor([1, 0, 1, 0]).bool(),
+                          ("a", "b", "a", "b"))
+    assert m.by_family() == {"a": dict(n=2, logit_diff=2.5, accuracy=1.0), "b": dict(n=2, logit_diff=0.0, accuracy=0.5)}
+    with pytest.raises(ValueError, match="no family"):
+        pr.PronounMetrics(m.logit_diff, m.male).by_family()
 
 
 # ------------------------------------------------------------------ measurements
 
-def test_measurements_take_the_worst_model(gpt2_tok):
+def _sizes(ratios, family="so", trunc=False):
     import pandas as pd
 
-    m1 = pr.PronounMetrics(torch.tensor([2.0, 1.0, -1.0, 3.0], dtype=torch.float64), torch.tensor([1, 1, 0, 0]).bool())
-    m2 = pr.PronounMetrics(torch.tensor([1.0, 1.0], dtype=torch.float64), torch.tensor([1, 0]).bool())
-    b = pr.measure_behaviour({"a": m1, "b": m2})
+    return pd.DataFrame([dict(ratio=r, accpp_nodes=10, acc_nodes=10 * r, acc_truncated=trunc, family=family)
+                         for r in ratios])
+
+
+def test_measure_behaviour_takes_the_worst_model_with_its_interval():
+    from compendium.stats import bootstrap_mean_ci
+    from tests.ledger_helpers import fits_ledger
+
+    m1 = pr.PronounMetrics(torch.tensor([2.0, 1.0, -1.0, 3.0], dtype=torch.float64), torch.tensor([1, 1, 0, 0]).bool(),
+                           ("x", "x", "y", "y"))
+    m2 = pr.PronounMetrics(torch.tensor([1.0, 1.0], dtype=torch.float64), torch.tensor([1, 0]).bool(), ("x", "y"))
+    b = pr.measure_behaviour({"a": m1, "b": m2}, n_boot=300, seed=4)
     assert b.values["logit_diff"] == pytest.approx(1.0) and b.values["accuracy"] == pytest.approx(0.75)
-    rows = lambda ratios, trunc=False: pd.DataFrame([dict(ratio=r, accpp_nodes=10, acc_nodes=10 * r,
-                                                          acc_truncated=trunc) for r in ratios])
-    s = pr.measure_size_ratio({"a": rows([3.0, 5.0]), "b": rows([20.0, 20.0, 20.0], trunc=True)}, accuracy=0.9)
-    assert s.values["size_ratio"] == pytest.approx(68 / 5)
-    assert (s.values["size_ratio_min_model"], s.values["size_ratio_max_model"]) == (4.0, 20.0)
-    assert s.values["n_compared_min_model"] == 2 and s.values["acc_truncated"] is True
-    assert s.evidence["direction"] == "above"
+    assert (b.values["logit_diff_ci_low"], b.values["logit_diff_ci_high"]) == bootstrap_mean_ci([1.0, 1.0], 300, 4)
+    assert (b.values["accuracy_ci_low"], b.values["accuracy_ci_high"]) == bootstrap_mean_ci([1, 1, 0, 1], 300, 4)
+    assert b.evidence["per_family"]["a"]["y"] == dict(n=2, logit_diff=1.0, accuracy=0.5)
+    assert b.evidence["min_family_accuracy"] == 0.5
+    fits_ledger(b)
+
+
+def test_measure_size_ratio_is_a_geometric_mean_with_intervals():
+    from compendium.stats import geometric_mean_ci
+    from tests.ledger_helpers import fits_ledger
+
+    a = pd_concat([_sizes([3.0, 5.0], "so"), _sizes([15.0], "other")])
+    b = _sizes([20.0, 20.0, 20.0], trunc=True)
+    s = pr.measure_size_ratio({"a": a, "b": b}, accuracy=0.9, n_boot=300, seed=1)
+    assert s.values["size_ratio"] == pytest.approx((3 * 5 * 15 * 20 ** 3) ** (1 / 6))
+    assert (s.values["size_ratio_ci_low"], s.values["size_ratio_ci_high"]) == pytest.approx(
+        geometric_mean_ci([3, 5, 15, 20, 20, 20], 300, 1))
+    assert s.values["size_ratio_min_model"] == pytest.approx(225 ** (1 / 3))
+    assert (s.values["size_ratio_min_model_ci_low"], s.values["size_ratio_min_model_ci_high"]) == pytest.approx(
+        geometric_mean_ci([3, 5, 15], 300, 1))
+    assert s.values["size_ratio_max_model"] == pytest.approx(20.0)
+    assert s.values["size_ratio_max_model_ci_low"] == pytest.approx(20.0)
+    assert s.values["n_compared_min_model"] == 3 and s.values["acc_truncated"] is True
+    assert s.evidence["per_family"]["other"]["size_ratio"] == pytest.approx(15.0)
+    assert s.evidence["per_family"]["so"]["n"] == 5  # model a's 2 and model b's 3
+    assert s.evidence["arithmetic_mean_ratio"] == pytest.approx(83 / 6)
+    assert s.evidence["direction"] in ("above", "straddles")
+    assert "n_accpp_not_traced" not in s.evidence  # the tables carry no status
+    st = pr.measure_size_ratio({"a": a.assign(accpp_status=["traced", "tau_cut", "traced"])}, accuracy=0.9)
+    assert st.evidence["n_accpp_not_traced"] == 1
+    assert st.evidence["size_ratio_traced_only"] == pytest.approx(45 ** 0.5)
+    fits_ledger(s)
     with pytest.raises(ValueError, match="no compared"):
-        pr.measure_size_ratio({"a": rows([])}, accuracy=1.0)
-    p1 = pr.name_paths([_circuit([(5, 0, 1, 3.0)], [])])
-    p2 = pr.name_paths([_circuit([(5, 0, 1, 1.0), (5, 1, 2, 3.0)], [])])
-    n = pr.measure_name_paths({"a": p1, "b": p2}, accuracy=1.0)
-    assert n.values["name_path_share"] == pytest.approx(0.25) and n.values["name_path_margin"] == pytest.approx(-0.5)
-    assert n.values["n_circuits_min_model"] == 1
+        pr.measure_size_ratio({"a": _sizes([])}, accuracy=1.0)
+    with pytest.raises(ValueError, match="not finite and positive"):
+        pr.measure_size_ratio({"a": _sizes([3.0, float("inf")])}, accuracy=1.0)
+
+
+def test_measure_name_paths_means_over_circuits_with_intervals():
+    from compendium.stats import bootstrap_mean_ci
+    from tests.ledger_helpers import fits_ledger
+
+    circ_a = [_circuit([(5, 0, 1, 3.0), (5, 1, 3, 1.0)], [], family="so"),  # share 0.75, margin 0.5
+              _circuit([(5, 0, 1, 1.0)], [], family="other")]  # share 1, margin 1
+    circ_b = [_circuit([(5, 0, 1, 1.0), (5, 1, 2, 3.0)], [], family="so"),  # share 0.25, margin -0.5
+              _circuit([(5, 0, 3, 1.0)], [], family="so"),  # share 0, margin -1
+              _circuit([(5, 0, 1, 1.0)], [], family="other")]  # share 1, margin 1
+    n = pr.measure_name_paths({"a": pr.name_path_table(circ_a), "b": pr.name_path_table(circ_b)}, accuracy=1.0,
+                              n_boot=300, seed=2)
+    assert n.values["name_path_share"] == pytest.approx(1.25 / 3) and n.values["name_path_margin"] == pytest.approx(-0.5 / 3)
+    assert (n.values["name_path_share_ci_low"], n.values["name_path_share_ci_high"]) == bootstrap_mean_ci(
+        [0.25, 0.0, 1.0], 300, 2)
+    assert (n.values["name_path_margin_ci_low"], n.values["name_path_margin_ci_high"]) == bootstrap_mean_ci(
+        [-0.5, -1.0, 1.0], 300, 2)
+    assert n.values["n_circuits_min_model"] == 2
+    assert n.evidence["per_family"]["b"]["so"]["name_path_share"] == pytest.approx(0.125)
+    assert n.evidence["per_model"]["a"]["pooled_name_path_share"] == pytest.approx(4 / 5)
+    fits_ledger(n)
+    with pytest.raises(ValueError, match="no circuit with a head seed"):
+        pr.measure_name_paths({"a": pr.name_path_table([])}, accuracy=1.0)
+
+
+def pd_concat(frames):
+    import pandas as pd
+
+    return pd.concat(frames, ignore_index=True)

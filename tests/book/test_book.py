@@ -1,15 +1,16 @@
 """The offline book (``make book``), built from a small copy of the compendium and opened in Chromium.
 
-The copy holds the real README, claims and figures, three notebooks, and a run folder in which
+The copy holds the real README, claims and figures, five notebooks, and a run folder in which
 one notebook completed (with a figure, maths, a widget, a circuit viewer shown inline and a machine
 path among its outputs) and one failed; a circuit viewer page is published beside the ACC++ figures.
 Every page must load from ``file://`` with no request leaving the machine and no console error;
 every image must load; maths must be typeset; every claim id must be on its paper's claims page;
 every circuit viewer (inline in a notebook page or framed on a figures page) must load, with no
 console error and no external request, and draw every node of its circuit; no page may contain a
-machine path; no table cell may split a word across lines; each claims page (and the tour) shows
-the verdict board of its paper, every claim a row, in one screen, its links leading to existing
-pages and sections. The same checks run on the main build when there is one.
+machine path; every display equation must fit the text column (no horizontal scrollbar); no table
+cell may split a word across lines; each claims page (and the tour) shows the verdict board of its
+paper, every claim a row, in one screen, its links leading to existing pages and sections. The same
+checks run on the main build when there is one.
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ pytestmark = pytest.mark.browser
 
 ROOT = repo_root()
 PAPERS = sorted(p.parent.name for p in (ROOT / "papers").glob("*/claims.yaml"))
-NOTEBOOKS = ["00_tour", "protot/06_women_ablation", "accpp/01_ioi"]
+# the two derivations hold the book's display equations (shown from their source)
+NOTEBOOKS = ["00_tour", "protot/06_women_ablation", "accpp/01_ioi", "accpp/00_method", "protot/01_mixer_derivation"]
 RUN = "20990101T000000Z-cpu-s0"
 
 
@@ -106,7 +108,8 @@ def _executed_tour(fixture_root: Path) -> nbformat.NotebookNode:
 def fixture_book(tmp_path_factory):
     """Build the book of a small copy of the compendium; return (html folder, staging folder, root)."""
     root = tmp_path_factory.mktemp("compendium")
-    for name in ("README.md", "pyproject.toml", "jupytext.toml"):
+    for name in ("README.md", "pyproject.toml", "notebooks/jupytext.toml"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, root / name)
     shutil.copytree(ROOT / "docs" / "book", root / "docs" / "book")
     for paper in PAPERS:
@@ -156,6 +159,14 @@ def _wait_for_maths(page) -> int:
     page.evaluate("() => MathJax.startup.promise")
     assert page.locator("mjx-merror").count() == 0, "MathJax reported a formula error"
     return page.locator("mjx-container").count()
+
+
+# every display equation of a page whose typeset width exceeds its box: [{n, overflow in px, tex}]
+WIDE_EQUATIONS = """() => [...document.querySelectorAll('mjx-container[display="true"]')]
+  .map((m, i) => ({n: i + 1, overflow: m.scrollWidth - m.clientWidth,
+                   tex: ((m.closest('.math') || m.parentElement).getAttribute('data-tex') ||
+                         (m.querySelector('mjx-assistive-mml') || m).textContent || '').slice(0, 80)}))
+  .filter(e => e.overflow > 1)"""
 
 
 VIEWER_STATE = """() => {
@@ -277,6 +288,8 @@ def check_book(html: Path, watched, forbidden: list[str]) -> int:
         w.page.goto(page_file.as_uri(), wait_until="load")
         if w.page.locator("script[src*='mathjax']").count():
             _wait_for_maths(w.page)
+            too_wide = w.page.evaluate(WIDE_EQUATIONS)
+            assert not too_wide, f"{rel}: display equations wider than the text column (they scroll): {too_wide}"
         broken = w.page.evaluate(
             "() => Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
         assert broken == [], f"{rel}: images that did not load: {broken}"
