@@ -28,7 +28,7 @@ from accpp.trace import node_id
 
 __all__ = ["Forward", "HeadForms", "FiringSteps", "run_forward", "components", "head_forms", "rotation_matrices",
            "fold_rotation", "rebuilt_residual", "query_key_forms", "score_row", "query_candidates", "key_candidates", "ig_gradient",
-           "greedy_removal", "signal_edges", "tau", "explain_firing", "seed_projections", "seed_cutoff",
+           "greedy_removal", "signal_edges", "tau", "explain_firing", "signals_at", "seed_projections", "seed_cutoff",
            "trace_circuit"]
 
 F64 = torch.float64
@@ -340,6 +340,23 @@ def explain_firing(model, fw: Forward, L: int, a: int, d: int, s: int, R: torch.
         removed, A_after = greedy_removal(S, rows, attribution, s, out.tau)
         out.sides[side] = dict(rows=rows, labels=labels, attribution=attribution, removed=removed, A_after=A_after)
         out.edges += signal_edges(side, removed, A_after, A, rows, attribution, labels, dh, S, d, s)
+    return out
+
+
+def signals_at(steps: FiringSteps, threshold: float) -> dict:
+    """Steps 6-7 of a firing again with another threshold on A_ds, its candidates and attributions kept.
+
+    Per side ("d", "s"): ``removed`` (candidates, in removal order), ``A_after`` (A_ds after each removal)
+    and ``edges`` (the signals, as :func:`signal_edges`). The removal order does not depend on the
+    threshold, so a lower one continues the same list and a higher one stops it earlier. When A_ds is
+    already below the threshold nothing is removed (the tracer would not expand the firing)."""
+    dh = steps.forms.sig.numel()
+    out = {}
+    for side, c in steps.sides.items():
+        removed, A_after = ([], []) if steps.A < threshold else greedy_removal(
+            steps.S, c["rows"], c["attribution"], steps.src, threshold)
+        out[side] = dict(removed=removed, A_after=A_after, edges=signal_edges(
+            side, removed, A_after, steps.A, c["rows"], c["attribution"], c["labels"], dh, steps.S, steps.dest, steps.src))
     return out
 
 

@@ -4,6 +4,8 @@ The book is built by Sphinx with myst-nb, which renders notebooks without execut
 a staging folder that this module fills:
 
     <stage>/index.md                     the README (the map of the compendium), notebook names linked
+    <stage>/start_here.md                docs/start_here.md (a reading path for learners), notebook names
+                                         linked; first in the table of contents (``compendium.start_here``)
     <stage>/notebooks/<name>.ipynb       every notebook: its executed copy from the last run that
                                          completed it, else its source without outputs (the page says so)
     <stage>/claims/<paper>.md            the paper's verdict board (``compendium.board``: every claim against
@@ -46,7 +48,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compendium import paths
+from compendium import paths, start_here
 
 COMPLETED = "completed"          # a notebook's status in <run>/status.json when it ran to the end
 PUBLISHED = "PUBLISHED.json"     # written by `compendium run --publish` beside each paper's results
@@ -73,6 +75,7 @@ class Staged:
     papers: list[str] = field(default_factory=list)
     figures: dict[str, list[str]] = field(default_factory=dict)   # paper -> figure file names
     viewers: dict[str, list[str]] = field(default_factory=dict)   # paper -> circuit viewer page names
+    start_here: list[str] = field(default_factory=list)           # where docs/start_here.md is out of sync
 
 
 # ----------------------------------------------------------------------------------------------
@@ -477,6 +480,13 @@ def stage(folder: Path, prefer_run: str | None = None) -> Staged:
     if out.source_only:
         index.append(f"{len(out.source_only)} show their source without outputs, as no executed copy was found: "
                      + ", ".join(f"`{n}`" for n in out.source_only) + ". `make all` executes them.")
+    if start_here.source().is_file():
+        text = start_here.source().read_text(encoding="utf-8")
+        (folder / "start_here.md").write_text(scrub(_readme_page(text, names, out.papers), pairs), encoding="utf-8")
+        missing, unknown = start_here.out_of_sync(text, notebook_names)
+        out.start_here = ([f"{paths.display(start_here.source())} does not name {n}" for n in missing]
+                          + [f"{paths.display(start_here.source())} names {n}, which is not a notebook" for n in unknown])
+        index.append(_toctree("Start here", ["start_here"]))
     groups: dict[str, list[str]] = {}
     for name in notebook_names:
         groups.setdefault(name.split("/", 1)[0] if "/" in name else "", []).append(f"notebooks/{name}")
@@ -550,6 +560,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(warnings)} Sphinx warning(s); {time.perf_counter() - start:.0f} s)")
     for name in staged.source_only:
         print(f"  {name}: no executed copy found, shown from its source without outputs")
+    for line in staged.start_here:
+        print(f"  start here: {line}", file=sys.stderr)
     return 0
 
 

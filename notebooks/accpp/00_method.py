@@ -569,3 +569,28 @@ viewer.save(circuit, "accpp/00_circuit", title=f"ACC++ circuit, SmolLM2-135M, {p
 #   tracer's own output, drawn but not recomputed here. Inputs are the components' sum, which stands
 #   for the residual the model computed in float32 (they differ by float32 rounding, about $10^{-7}$
 #   relative).
+
+# %% [markdown]
+# ## 10. Try it: the threshold $\tau$
+# $\tau(d) = \min(1, 2.5/n)$ decides two things: whether a firing is traced at all ($A_{ds} \ge \tau$) and
+# how far the greedy removal goes (until $A_{ds} < \tau$). The cell below runs steps 6-7 again for the
+# SmolLM2 firing followed above, with its candidates and attributions unchanged and
+# $\tau = \min(1, f/n)$, $f$ = `TAU_FACTOR` (`teaching.signals_at`); at the paper's $f = 2.5$ it gives
+# the firing's signals as in the table of Steps 6-7.
+#
+# **Change `TAU_FACTOR`** to 1.5 and run the cell again: the removal must push $A_{ds}$ lower, so it
+# removes at least as many candidates on each side, in the same order (the list at 2.5 is the
+# beginning of the new one); it removes more exactly where $A_{ds}$ had not yet fallen below the new
+# $\tau$, and the signals at 2.5 are all still there. Then try 4: the same removal stops earlier, with
+# fewer or as many signals. Last, a factor above $n A_{ds}$ (from the numbers the cell prints): $\tau$
+# passes $A_{ds}$, nothing is removed, and the tracer would not expand this firing at all.
+# `tests/accpp/test_try_tau.py` checks each of these on the tiny model's firing.
+
+# %%
+TAU_FACTOR = 2.5   # the paper's; try 1.5, then 4
+tau_try = min(1.0, TAU_FACTOR / n)
+again = tch.signals_at(firing, tau_try)
+print(f"tau = min(1, {TAU_FACTOR}/{n}) = {tau_try:.3f}; A_ds = {firing.A:.3f}"
+      + ("" if firing.A >= tau_try else ": below tau, so the tracer would not expand this firing"))
+pd.DataFrame([dict(side={"d": "query", "s": "key"}[side], candidates_removed=len(x["removed"]), signals=len(x["edges"]),
+                   A_ds_after=x["A_after"][-1] if x["A_after"] else firing.A) for side, x in again.items()])

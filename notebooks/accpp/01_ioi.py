@@ -256,3 +256,27 @@ print(behaviour.round(3).to_dict())
 for v in verdicts:
     print(v)
 assert not failed, failed
+
+# %% [markdown]
+# ## 8. Try it: the answer the circuit explains
+# A circuit explains one metric on one prompt: here logit(IO) - logit(S) at the last token. The tracer
+# starts from the components that push that difference up (the seeds) and recurses from them. The cell
+# below traces the first representative prompt again for `ANSWER` = "IO" (the metric used above) and
+# lists the heads it finds per role (as in section 4; "other": heads of no listed role).
+#
+# **Change `ANSWER`** to "S" and run the cell again: the metric becomes logit(S) - logit(IO). The prompt
+# was chosen because the model prefers IO, so its logit difference is now the same number with the sign
+# flipped, negative. The components of the final residual then sum to less than zero, there is no
+# seed to start from, and the tracer traces nothing and says why (status `negative_logit_diff`, no
+# firings, no roles) instead of returning a circuit for an answer the model does not give. To trace
+# the metric of another pair of names, see the null of section 4.
+
+# %%
+ANSWER = "IO"   # try "S"
+p_try = chosen[0]
+correct_id, wrong_id = (p_try.io_id, p_try.s_id) if ANSWER == "IO" else (p_try.s_id, p_try.io_id)
+c_try = tracer.trace(p_try.ids(), correct_id, wrong_id)
+print(f"{p_try.text!r}, answer {ANSWER}: logit difference {c_try.logit_diff:.2f}; status {c_try.status}"
+      f"{' (' + c_try.reason + ')' if c_try.reason else ''}; {c_try.n_firings} firings, "
+      f"{c_try.graph.number_of_nodes()} nodes")
+pd.Series({role: ", ".join(heads) for role, heads in roles.circuit_roles(c_try.graph, p_try.pos).items()}, dtype=str)

@@ -371,3 +371,30 @@ decode_constant
 # %%
 for v in (forms_agree, linear_cost, decode_constant):
     print(v)
+
+# %% [markdown]
+# ## 10. Try it: the chunk size
+# Step 4 showed that the chunked form is exact for *any* chunk size $C$: $C$ decides how the work is
+# cut up, not what is computed. The cell below runs the mixer of section 6 (write-mass normalisation,
+# current token included) on $T$ = `T_TRY` = 2048 random float64 tokens through the chunked form with
+# `CHUNK` = 16, compares it with the recurrent form and times it (best of three calls).
+#
+# **Change `CHUNK`** to 1, then to 2048 (`T_TRY`), and run the cell again. The difference from the
+# recurrent form stays at rounding (near $10^{-15}$, always within the $10^{-10}$ the cell asserts),
+# while the time grows several-fold at both ends: with $C=1$ the chunk loop steps through the
+# sequence one token at a time (the recurrence of step 3, in disguise), and with $C=T$ the one chunk
+# is a $T\times T$ masked matrix (the quadratic form of step 2). In between, chunks are long enough for
+# matrix products and short enough to keep the $C\times C$ work small.
+# `tests/protot/test_try_chunk_size.py` checks both effects at $T=512$.
+
+# %%
+CHUNK = 16   # try 1, then T_TRY
+T_TRY = 2048
+gen_try = torch.Generator().manual_seed(nb.seed)
+w_try, r_try = (torch.softmax(2 * torch.randn(1, T_TRY, R, generator=gen_try, dtype=F64), -1) for _ in range(2))
+v_try = torch.randn(1, T_TRY, V, generator=gen_try, dtype=F64)
+y_try = channel_mix(w_try, r_try, v_try, g, form="chunk", chunk_size=CHUNK)
+gap = (y_try - channel_mix(w_try, r_try, v_try, g, form="recurrent")).abs().max().item()
+sec = bench.best_time(lambda: channel_mix(w_try, r_try, v_try, g, form="chunk", chunk_size=CHUNK))
+print(f"C = {CHUNK}: {math.ceil(T_TRY / CHUNK)} chunk(s); max |chunked - recurrent| = {gap:.1e}; {sec * 1e3:.1f} ms")
+assert gap <= TOL

@@ -1,6 +1,6 @@
 """The offline book (``make book``), built from a small copy of the compendium and opened in Chromium.
 
-The copy holds the real README, claims and figures, five notebooks, and a run folder in which
+The copy holds the real README, start page, claims and figures, five notebooks, and a run folder in which
 one notebook completed (with a figure, maths, a widget, a circuit viewer shown inline and a machine
 path among its outputs) and one failed; a circuit viewer page is published beside the ACC++ figures.
 Every page must load from ``file://`` with no request leaving the machine and no console error;
@@ -112,6 +112,7 @@ def fixture_book(tmp_path_factory):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, root / name)
     shutil.copytree(ROOT / "docs" / "book", root / "docs" / "book")
+    shutil.copy2(ROOT / "docs" / "start_here.md", root / "docs" / "start_here.md")
     for paper in PAPERS:
         dest = root / "papers" / paper
         dest.mkdir(parents=True)
@@ -415,6 +416,9 @@ def test_fixture_book_shows_the_completed_run_and_marks_sources(fixture_book, wa
 
     index = (html / "index.html").read_text(encoding="utf-8")
     assert 'href="notebooks/accpp/01_ioi.html"' in index   # the README's map links the notebooks
+    start = (html / "start_here.html").read_text(encoding="utf-8")
+    assert 'href="notebooks/accpp/01_ioi.html"' in start   # the start page links the notebooks the copy has
+    assert index.index('href="start_here.html"') < index.index('href="notebooks/00_tour.html"')
 
 
 def test_main_build_pages_load_offline(watched):
