@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from html.parser import HTMLParser
 
 import networkx as nx
@@ -14,6 +13,7 @@ import pytest
 
 from accpp import viewer
 from accpp.graph import graph_from_json, same_graph
+from tests.browser_helpers import browser_or_skip
 
 EVIL = "</script><script>alert(1)</script>"
 
@@ -245,24 +245,13 @@ def test_iframe_and_show(circuit, monkeypatch):
 
 
 # -- in a browser ----------------------------------------------------------------------------------
-def _browser_or_skip():
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        pytest.skip("Chromium is not installed (Debian: apt-get install chromium); the page was not checked in a browser")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        pytest.skip("Python playwright is not installed in .venv; the page was not checked in a browser")
-    return exe
-
-
 @pytest.mark.browser
 def test_page_in_chromium(circuit, tmp_path):
     import os
 
     from playwright.sync_api import sync_playwright
 
-    exe = _browser_or_skip()
+    exe = browser_or_skip()
     tokens = list(circuit.tokens)
     tokens[3] = EVIL
     first = next((u, d) for u, _, d in circuit.graph.edges(data=True) if d["side"] != "seed")

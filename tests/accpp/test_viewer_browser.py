@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import networkx as nx
@@ -14,6 +13,7 @@ import pytest
 
 from accpp import viewer
 from compendium.paths import repo_root
+from tests.browser_helpers import browser_or_skip
 
 pytestmark = pytest.mark.browser
 
@@ -55,22 +55,11 @@ def small_graph() -> nx.MultiDiGraph:
     return g
 
 
-def _browser_or_skip():
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        pytest.skip("Chromium is not installed (Debian: apt-get install chromium); the page was not checked in a browser")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        pytest.skip("Python playwright is not installed in .venv; the page was not checked in a browser")
-    return exe
-
-
 @pytest.fixture(scope="module")
 def browser():
     from playwright.sync_api import sync_playwright
 
-    exe = _browser_or_skip()
+    exe = browser_or_skip()
     args = ["--no-sandbox"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=exe, headless=True, args=args)
