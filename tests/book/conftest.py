@@ -87,8 +87,11 @@ class Watched:
         assert not problems, f"{self.name}: " + "; ".join(problems)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """One Chromium per test module, closed after it: Playwright's sync API allows one running
+    instance per thread, so a browser kept for the whole session would break the browser tests of
+    other folders (tests/accpp) that run after it."""
     from playwright.sync_api import sync_playwright
 
     args = ["--no-sandbox"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []  # Chromium refuses root otherwise
