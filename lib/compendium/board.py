@@ -64,6 +64,7 @@ class Cell:
     status: str                                  # one of STATUSES
     value: str = ""                              # the measured value as text ("" when not run)
     interval: tuple[str, str] | None = None      # the 95% interval of the check's main quantity
+    point: str = ""                              # why the check's main quantity has no interval
     reason: str = ""
     marks: tuple[str, ...] = ()                  # e.g. the value's notebook failed in the last publish
 
@@ -80,7 +81,7 @@ class Cell:
         else:
             lines.append(f"measured: {self.value}")
             lines.append(f"95% interval: {self.interval[0]} to {self.interval[1]}" if self.interval
-                         else "95% interval: none recorded")
+                         else f"no interval: {self.point}" if self.point else "95% interval: none recorded")
         if self.reason:
             reason = " ".join(self.reason.replace("`", "").split())
             lines.append(reason if len(reason) <= 600 else reason[:599] + "\u2026")
@@ -129,6 +130,7 @@ def _cell(claim: _claims.Claim, profile: str, entry: dict | None, published: dic
     interval = main.get("interval_values")
     return Cell(claim.id, profile, status, value=_claims._fmt(entry.get("value"), entry.get("unit") or claim.unit or ""),
                 interval=None if not interval else (_claims._fmt(interval[0]), _claims._fmt(interval[1])),
+                point=(claim.check.point or "") if claim.check else "",
                 reason=str(entry.get("reason") or ""),
                 marks=tuple(tables._marks(claim, profile, entry, published)))
 

@@ -36,7 +36,7 @@ OPS = {
     "outside": "[lo, hi] with lo <= hi", "is": "true or false",
 }
 _NUMERIC_OPS = {">=", ">", "<=", "<", "between", "outside"}
-_CONDITION_KEYS = {"quantity", "op", "threshold", "interval"}
+_CONDITION_KEYS = {"quantity", "op", "threshold", "interval", "point"}
 _CHECK_KEYS = _CONDITION_KEYS | {"all_of", "assert_at", "expect", "measured_only_at", "registered",
                                  "registered_after"}
 _PRECONDITION_KEYS = {"quantity", "op", "threshold", "id", "statement"}
@@ -66,6 +66,7 @@ class Condition:
     id: str | None = None          # preconditions only
     statement: str = ""            # preconditions only
     interval: tuple[str, str] | None = None   # names of the recorded low and high ends of its interval
+    point: str | None = None   # why the condition is judged on its value alone (no units to resample)
 
     def threshold_text(self) -> str:
         t = self.threshold
@@ -103,6 +104,8 @@ class Condition:
             out = {"id": self.id, "statement": self.statement, **out}
         if self.interval is not None:
             out["interval"] = list(self.interval)
+        if self.point is not None:
+            out["point"] = self.point
         return out
 
     def definition(self) -> dict:
@@ -126,10 +129,11 @@ class Check:
     registered: str | None = None          # the commit that registered the check
     registered_after: str | None = None    # "a first measurement" when a result came first
     interval: tuple[str, str] | None = None  # of the main condition's quantity
+    point: str | None = None  # of the main condition: why it is judged on its value alone
 
     @property
     def main(self) -> Condition:
-        return Condition(self.quantity, self.op, self.threshold, interval=self.interval)
+        return Condition(self.quantity, self.op, self.threshold, interval=self.interval, point=self.point)
 
     @property
     def conditions(self) -> tuple[Condition, ...]:
@@ -267,11 +271,24 @@ def _condition(raw: Any, allowed: set[str], err, *, precondition: bool = False) 
         err(f"unknown op {op!r}; valid ops: {', '.join(repr(o) for o in OPS)}")
     threshold = _threshold(op, raw["threshold"], err)
     interval = _interval(raw.get("interval"), op, err)
+    point = _point(raw.get("point"), interval, err)
     if precondition:
         if not isinstance(raw["id"], str) or not raw["id"]:
             err(f"a precondition's id must be a name, got {raw['id']!r}")
         return Condition(raw["quantity"], op, threshold, id=raw["id"], statement=str(raw["statement"]).strip())
-    return Condition(raw["quantity"], op, threshold, interval=interval)
+    return Condition(raw["quantity"], op, threshold, interval=interval, point=point)
+
+
+def _point(raw: Any, interval, err) -> str | None:
+    """``point``: the registered reason a condition is judged on its value alone (an exact
+    invariant over every case, a deterministic measurement, a yes/no outcome), shown in the table."""
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or not raw.strip():
+        err(f"point must say why the condition is judged on its value alone, got {raw!r}")
+    if interval is not None:
+        err("a condition judged by its interval cannot also be judged on its point value (interval and point both given)")
+    return raw.strip()
 
 
 def _interval(raw: Any, op: str, err) -> tuple[str, str] | None:
@@ -361,7 +378,7 @@ def _parse_check(raw: Any, err) -> Check:
         err(f"registered must name the commit that registered the check (7 to 40 hex digits), got {registered!r}")
     return Check(main.quantity, main.op, main.threshold, all_of=all_of, assert_at=assert_at,
                  expect=expect, measured_only_at=measured_only_at, registered=registered,
-                 registered_after=registered_after, interval=main.interval)
+                 registered_after=registered_after, interval=main.interval, point=main.point)
 
 
 def _sub(err, prefix: str):

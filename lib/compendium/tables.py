@@ -176,6 +176,8 @@ def _ours(claim: _claims.Claim, entry: dict | None) -> str:
     if main.get("interval_values"):
         return f"{text} (95% interval {_interval_text(main['interval_values'])})"
     if entry["verdict"] in (_claims.HOLDS, _claims.DOES_NOT_HOLD, _claims.INCONCLUSIVE):
+        if claim.check.point:
+            return f"{text} (no interval: {claim.check.point})"
         return f"{text} (no interval)"
     return text
 
@@ -233,7 +235,9 @@ gives the earlier checks, with each verdict and the reason for the change).
   the check (or judged by its notebook before checks were registered); re-running the notebook
   judges it;
 - *not run*: nothing has measured the claim yet.
-"(no interval)" marks a judged value that carries no interval: its verdict rests on the point value.
+"(no interval: ...)" marks a value judged on its own, for the reason registered with the check
+(an exact invariant over every case, a deterministic measurement): there are no units to
+resample. "(no interval)" alone marks a judged value with neither an interval nor such a reason.
 ⚠ marks a value whose notebook failed or was not run in the last publish: the value shown is
 from the earlier run named. The revision is the commit that produced the value; `+dirty` means
 the code had uncommitted changes (the result file keeps a `diff_sha256` of them)."""

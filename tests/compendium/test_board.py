@@ -166,3 +166,10 @@ def test_a_missing_derived_verdict_is_refused():
     with pytest.raises(ValueError, match="no derived verdict"):
         board.status_of({"claim": "demo/gain", "profile": "cpu", "verdict": "holds"})
     assert board.status_of(None) == "not run"
+
+
+def test_a_registered_point_reason_replaces_none_recorded_on_hover():
+    cell = board.Cell("gain", "cpu", "holds", value="7.5 %", point="exact over every case")
+    assert "no interval: exact over every case" in cell.hover and "none recorded" not in cell.hover
+    ranged = board.Cell("gain", "cpu", "holds", value="7.5 %", interval=("1", "2"), point="exact over every case")
+    assert "95% interval: 1 to 2" in ranged.hover and "no interval" not in ranged.hover

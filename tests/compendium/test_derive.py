@@ -324,3 +324,15 @@ def test_a_protocol_line_dated_the_day_of_the_result_counts(sized):
     row = _row("sized")
     assert "**not judged (recorded under an earlier check)**: Recorded under an earlier protocol (the claim's history " \
            "says what changed); re-run the notebook to judge it." in row and "| 3 x |" in row
+
+
+def test_a_registered_point_reason_is_shown_in_place_of_no_interval(published, demo_root):
+    path = demo_root / "papers" / "demo" / "claims.yaml"
+    text = path.read_text()
+    marked = text.replace("threshold: 5.0\n", "threshold: 5.0\n      point: exact over every case\n", 1)
+    assert marked != text
+    path.write_text(marked)
+    row = _row()
+    assert "**holds**" in row and "| 7.5 % (no interval: exact over every case) |" in row
+    # the reason is how the check is judged, not what it tests: the result stays judged
+    assert judge.check_sha256(claims.load_paper("demo").claims["gain"]) == json.loads(published.read_text())["check_sha256"]

@@ -69,6 +69,10 @@ def _with_check(demo_root, check_yaml: str, extra: str = "") -> None:
     ("{quantity: x, op: '>', threshold: 1, interval: [lo]}", r"check: interval must name two recorded values \[low, high\], got \['lo'\]"),
     ("{quantity: x, op: is, threshold: true, interval: [lo, hi]}", r"check: op 'is' compares no numbers, so it takes no interval"),
     ("{quantity: x, op: '>', threshold: 1, all_of: [{quantity: y, op: '<', threshold: 1, interval: [a, 3]}]}", r"check: all_of\[0\]: interval must name two recorded values"),
+    ("{quantity: x, op: '>', threshold: 1, point: ''}", r"check: point must say why the condition is judged on its value alone, got ''"),
+    ("{quantity: x, op: '>', threshold: 1, point: 3}", r"check: point must say why the condition is judged on its value alone, got 3"),
+    ("{quantity: x, op: '>', threshold: 1, interval: [lo, hi], point: exact}", r"check: a condition judged by its interval cannot also be judged on its point value"),
+    ("{quantity: x, op: '>', threshold: 1, all_of: [{quantity: y, op: '<', threshold: 1, interval: [a, b], point: exact}]}", r"check: all_of\[0\]: a condition judged by its interval cannot also"),
 ])
 def test_malformed_checks_name_file_claim_and_field(demo_root, check, message):
     _with_check(demo_root, check)
