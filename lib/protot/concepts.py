@@ -32,7 +32,7 @@ GATE_KINDS = ("write", "read")
 DEFAULT_MODEL = "protot-cpu-small"
 #: the local training run each committed ProtoT was exported from (models/README.md): the fallback of
 #: :func:`load_model` when the committed folder is missing
-RUNS = {"protot-cpu-small": ".cache/runs/protot-cpu-small", "protot-cpu": ".cache/runs/protot-cpu-hour"}
+RUNS = {"protot-cpu-small": ".cache/runs/protot-cpu-small", "protot-authors-small": ".cache/runs/protot-authors-small"}
 
 
 # -- the model a notebook uses ---------------------------------------------------------------------

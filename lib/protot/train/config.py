@@ -181,7 +181,7 @@ PROFILES: dict[str, TrainConfig] = {
     "smoke": TrainConfig(size="tiny", context=128, batch_size=8, tokens=200 * 8 * 128,
                          lr=3e-3, warmup_steps=20, eval_every=100, eval_blocks=32, ckpt_every=100),
     # The committed CPU models: the largest that trained in about an hour on one shared core.
-    # models/protot-cpu and models/llama-cpu were planned at 800 steps, re-planned to 600 at step
+    # models/protot-cpu and models/llama-cpu (removed; in the history) were planned at 800 steps, re-planned to 600 at step
     # 150 (the shared machine was slower than measured), then extended to 1000 at step 600
     # (--resume --retarget-budget; each MANIFEST.json lists this budget_history).
     "cpu-hour": TrainConfig(size="small", model_overrides=(("num_hidden_layers", 4),),

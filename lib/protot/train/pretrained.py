@@ -5,12 +5,12 @@ config) and ``MANIFEST.json`` (architecture, training config, tokens seen, data,
 validation and WikiText-2 perplexity, sha256 of the weights, git revision).
 
     from protot.train import pretrained
-    m = pretrained.load("protot-cpu")        # verified against its MANIFEST; float32, eval mode
+    m = pretrained.load("protot-cpu-small")  # verified against its MANIFEST; float32, eval mode
     m.model, m.tokenizer, m.manifest
-    print(pretrained.describe("protot-cpu"))  # one line saying which model a notebook used
+    print(pretrained.describe("protot-cpu-small"))  # one line saying which model a notebook used
 
 Export a finished run (how the committed models were made: models/README.md):
-``python -m protot.train.pretrained export .cache/runs/protot-cpu-hour protot-cpu`` (an existing
+``python -m protot.train.pretrained export .cache/runs/protot-authors-small protot-authors-small`` (an existing
 models/<name> is replaced only with ``--force``).
 
 Snapshot a run in progress (float16 weights and MANIFEST.json, no optimiser state, no evaluation):
