@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-__all__ = ["ARCHITECTURES", "HUMAN", "Prompt", "select_prompts", "continuations", "LMJudge", "judge_all",
-           "pair_outcomes", "order_consistency", "human_preference", "win_matrix", "bradley_terry", "elo",
+__all__ = ["ARCHITECTURES", "HUMAN", "Prompt", "select_prompts", "continuations", "items_of", "LMJudge", "judge_all",
+           "pair_outcomes", "order_consistency", "human_preference", "position_bias", "debiased", "win_matrix", "bradley_terry", "elo",
            "elo_gaps", "measure"]
 
 #: the architectures the claim names, ProtoT first (the one every gap is taken from)
@@ -96,6 +96,20 @@ def continuations(model, prompts: list[Prompt], *, max_new_tokens: int, temperat
     finally:
         model.train(was)
     return out
+
+
+def items_of(tokenizer, prompts: list[Prompt], conts: dict[str, list[list[int]]]) -> tuple[list[str], dict[str, list[str]]]:
+    """(the prompts' prefixes as text, {item: one text per prompt}): the human continuation first,
+    then each model's (``conts``: {model name: its continuation ids per prompt})."""
+    if HUMAN in conts:
+        raise ValueError(f"{HUMAN!r} names the human continuation, not a model")
+    prefixes = [tokenizer.decode(list(p.prefix_ids)) for p in prompts]
+    items = {HUMAN: [tokenizer.decode(list(p.human_ids)) for p in prompts]}
+    for name, ids in conts.items():
+        if len(ids) != len(prompts):
+            raise ValueError(f"{name!r} has {len(ids)} continuations for {len(prompts)} prompts")
+        items[name] = [tokenizer.decode(x) for x in ids]
+    return prefixes, items
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,6 +231,20 @@ def pair_outcomes(judgements: pd.DataFrame) -> pd.DataFrame:
 def order_consistency(outcomes: pd.DataFrame) -> float:
     """Share of judged pairs whose two orders name the same winner."""
     return float(outcomes["consistent"].mean())
+
+
+def position_bias(judgements: pd.DataFrame) -> dict:
+    """How much the judge favours the first-shown text whatever it is: the share of judgements
+    answering A (log-odds > 0) and the mean log-odds (0 and 0.5 for a judge without position bias)."""
+    lo = judgements["logodds"].to_numpy(dtype=np.float64)
+    return {"share_first": float((lo > 0).mean()), "mean_logodds": float(lo.mean())}
+
+
+def debiased(judgements: pd.DataFrame) -> pd.DataFrame:
+    """The judgements with the judge's mean log-odds (its position bias over the run) subtracted:
+    what order consistency and the human preference would be for a judge calibrated on this run
+    (evidence for a protocol choice; the registered outcome rule reads the log-odds as they are)."""
+    return judgements.assign(logodds=judgements.logodds - judgements.logodds.mean())
 
 
 def _oriented(outcomes: pd.DataFrame, item: str) -> pd.DataFrame:

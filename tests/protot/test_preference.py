@@ -286,3 +286,22 @@ def test_the_judges_template_is_checked():
         P.LMJudge(None, Tok(), "{prefix} {b} {a}")
     with pytest.raises(ValueError, match="one token"):
         P.LMJudge(None, Tok(), "{prefix} {a} {b}", labels=("A1", "B"))
+
+
+def test_items_and_position_bias():
+    class Tok:
+        def decode(self, ids):
+            return "".join(chr(97 + i) for i in ids)
+
+    ps = [P.Prompt(0, 0, (0, 1), (2,)), P.Prompt(1, 3, (3,), (4, 5))]
+    prefixes, items = P.items_of(Tok(), ps, {"m": [[6], [7, 8]]})
+    assert prefixes == ["ab", "d"] and items == {"human": ["c", "ef"], "m": ["g", "hi"]}
+    with pytest.raises(ValueError, match="1 continuations for 2 prompts"):
+        P.items_of(Tok(), ps, {"m": [[6]]})
+    j = P.judge_all(AlwaysA(), PREFIXES, ITEMS)
+    assert P.position_bias(j) == {"share_first": 1.0, "mean_logodds": 2.0}
+    assert P.position_bias(P.judge_all(Planted(), PREFIXES, ITEMS))["share_first"] == 0.5
+    biased = P.judge_all(Planted(position_bias=5.0), PREFIXES, ITEMS)     # content shows only after calibration
+    assert P.order_consistency(P.pair_outcomes(biased)) == 0.0
+    assert P.order_consistency(P.pair_outcomes(P.debiased(biased))) == 1.0
+    assert P.position_bias(P.debiased(biased))["mean_logodds"] == pytest.approx(0, abs=1e-12)
