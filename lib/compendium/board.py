@@ -126,7 +126,8 @@ def _cell(claim: _claims.Claim, profile: str, entry: dict | None, published: dic
     status = status_of(entry)
     if entry is None:
         return Cell(claim.id, profile, status)
-    main = (entry.get("conditions") or [{}])[0]
+    # the main quantity's outcome (absent when it was not measured, see compendium.judge)
+    main = next((c for c in entry.get("conditions") or [] if claim.check and c.get("quantity") == claim.check.quantity), {})
     interval = main.get("interval_values")
     return Cell(claim.id, profile, status, value=_claims._fmt(entry.get("value"), entry.get("unit") or claim.unit or ""),
                 interval=None if not interval else (_claims._fmt(interval[0]), _claims._fmt(interval[1])),

@@ -12,6 +12,11 @@ The rule, for a claim with a check at a profile where it applies:
 3. any condition that fails: *does not hold*; otherwise any undecided: *inconclusive: the
    interval straddles <threshold>*; otherwise *holds*.
 
+A value of a check's condition may be recorded as ``None``, *not measured* (e.g. the gap to a model
+that does not exist yet), only where a failed precondition makes the verdict *inconclusive* anyway:
+that condition is then not decided; with every precondition passing, a value not measured cannot
+be judged (UnjudgeableResult). Preconditions are always measured.
+
 A result is judged only against the check and the protocol it was measured for (a claim's
 ``protocol``: the settings of its measurement, which its notebook reads with
 :func:`compendium.claims.protocol`; a result records their hash, ``protocol_sha256``; one recorded
@@ -125,9 +130,18 @@ def _decide(c: Condition, value: Any, values: dict, evidence: dict) -> Outcome:
     return Outcome(c, value, bool(passed), (float(lo), float(hi)), undecided=not passed and not failed)
 
 
+def not_measured(claim: Claim, values: dict) -> tuple[Condition, ...]:
+    """The check's conditions whose value is recorded as None (not measured)."""
+    return () if claim.check is None else tuple(c for c in claim.check.conditions if values[c.quantity] is None)
+
+
 def check_types(claim: Claim, values: dict) -> None:
-    """Raise UnjudgeableResult for a value of the wrong type (or non-finite) for its test."""
+    """Raise UnjudgeableResult for a value of the wrong type (or non-finite) for its test; a check
+    condition's value may be None (not measured, see the module docstring), a precondition's may not."""
+    skip = not_measured(claim, values)
     for cond in claim.all_conditions():
+        if cond in skip:      # a check condition (a precondition differs from it by its id)
+            continue
         v = values[cond.quantity]
         where = f"{claim.key}: value {cond.quantity!r} = {v!r}"
         if cond.op in _NUMERIC_OPS and not _is_number(v):
@@ -149,8 +163,9 @@ def evaluate(claim: Claim, values: dict, profile: str, evidence: dict | None = N
     evidence = evidence or {}
     check_types(claim, values)
     pre = tuple(Outcome(c, values[c.quantity], bool(c.test(values[c.quantity]))) for c in claim.all_preconditions())
+    unmeasured = not_measured(claim, values)
     conds = () if claim.check is None else tuple(
-        _decide(c, values[c.quantity], values, evidence) for c in claim.check.conditions)
+        _decide(c, values[c.quantity], values, evidence) for c in claim.check.conditions if values[c.quantity] is not None)
     failed_pre = [o for o in pre if not o.passed]
     if claim.check is None:
         return MEASURED_ONLY, conds, pre, "The claim has no registered check."
@@ -162,7 +177,13 @@ def evaluate(claim: Claim, values: dict, profile: str, evidence: dict | None = N
                 f"({claim.check.describe()}) is not applied.")
     if failed_pre:
         why = "; ".join(f"{o.id} ({o.statement}): {o.describe()}" for o in failed_pre)
-        return INCONCLUSIVE, conds, pre, f"Failed precondition(s): {why}."
+        gaps = f" Not measured: {', '.join(c.quantity for c in unmeasured)}." if unmeasured else ""
+        return INCONCLUSIVE, conds, pre, f"Failed precondition(s): {why}.{gaps}"
+    if unmeasured:
+        raise UnjudgeableResult(
+            f"{claim.key}: {', '.join(repr(c.quantity) for c in unmeasured)} not measured (None) although every "
+            f"precondition passed; a value may be left unmeasured only where a failed precondition makes the "
+            f"verdict inconclusive")
     detail = "; ".join(o.describe() for o in conds)
     reg = f" ({claim.check.registration()})"
     if any(o.failed for o in conds):

@@ -172,7 +172,8 @@ def _ours(claim: _claims.Claim, entry: dict | None) -> str:
     text = _claims._fmt(entry["value"], entry.get("unit") or "")
     if not entry.get("judged", True) or claim.check is None:
         return text
-    main = (entry.get("conditions") or [{}])[0]
+    # the main quantity's outcome (absent when it was not measured, see compendium.judge)
+    main = next((c for c in entry.get("conditions") or [] if c.get("quantity") == claim.check.quantity), {})
     if main.get("interval_values"):
         return f"{text} (95% interval {_interval_text(main['interval_values'])})"
     if entry["verdict"] in (_claims.HOLDS, _claims.DOES_NOT_HOLD, _claims.INCONCLUSIVE):

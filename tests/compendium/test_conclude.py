@@ -235,6 +235,32 @@ def test_interval_ends_must_be_recorded_and_ordered(run_dir, interval_claim):
     assert not (run_dir / "results" / "demo" / "ratio.cpu.json").exists()
 
 
+def test_a_condition_not_measured_is_allowed_only_under_a_failed_precondition(run_dir, interval_claim):
+    # the gap to a model that does not exist yet: recorded as None, with its interval ends
+    m = _ratio(3, 9, n=7)
+    m.values.update(gap=None, gap_lo=None)
+    m.evidence = {}
+    v = claims.conclude(m, profile="cpu")
+    assert v.status == "inconclusive" and [p.id for p in v.failed_preconditions] == ["min-units"]
+    assert v.reason.endswith(" Not measured: gap.")
+    assert [o.condition.quantity for o in v.conditions] == ["ratio"]        # the measured one still decided
+    assert _read(run_dir, "ratio")["values"]["gap"] is None
+    # every precondition passes: a value not measured cannot be judged, and nothing is recorded
+    m = _ratio(3, 9, n=8)
+    m.values.update(gap=None)
+    (run_dir / "results" / "demo" / "ratio.cpu.json").unlink()
+    with pytest.raises(ValueError, match=r"^demo/ratio: 'gap' not measured \(None\) although every precondition passed"):
+        claims.conclude(m, profile="cpu")
+    assert not (run_dir / "results" / "demo" / "ratio.cpu.json").exists()
+
+
+def test_a_precondition_is_always_measured(run_dir, interval_claim):
+    from compendium import judge
+
+    with pytest.raises(judge.UnjudgeableResult, match=r"^demo/ratio: value 'n_prompts' = None must be a number"):
+        judge.evaluate(claims.get_claim("demo/ratio"), _ratio(3, 9, n=None).values, "cpu")
+
+
 @pytest.mark.parametrize("op, threshold, interval, text", [
     (">", 0, (0.0, 0.3), "undecided: the interval straddles 0"),        # an end on the threshold straddles it
     ("<=", 1, (0.5, 1.5), "undecided: the interval straddles 1"),

@@ -336,3 +336,19 @@ def test_a_registered_point_reason_is_shown_in_place_of_no_interval(published, d
     assert "**holds**" in row and "| 7.5 % (no interval: exact over every case) |" in row
     # the reason is how the check is judged, not what it tests: the result stays judged
     assert judge.check_sha256(claims.load_paper("demo").claims["gain"]) == json.loads(published.read_text())["check_sha256"]
+
+
+def test_a_main_quantity_not_measured_shows_no_other_conditions_interval(run_dir, demo_root):
+    from test_conclude import INTERVAL_CLAIM, _ratio
+
+    path = demo_root / "papers" / "demo" / "claims.yaml"
+    path.write_text(path.read_text() + INTERVAL_CLAIM)
+    m = _ratio(3, 9, gap_lo=0.1, gap_hi=0.4, n=7)
+    m.values.update(ratio=None, ratio_lo=None, ratio_hi=None)
+    claims.conclude(m, profile="cpu")
+    results = demo_root / "papers" / "demo" / "results"
+    results.mkdir(parents=True)
+    (results / "ratio.cpu.json").write_text((run_dir / "results" / "demo" / "ratio.cpu.json").read_text())
+    row = _row("ratio")
+    assert "**inconclusive**" in row and "failed `min-units`" in row
+    assert "| — (no interval) |" in row and "95% interval 0.1 to 0.4" not in row     # not the gap's interval
