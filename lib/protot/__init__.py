@@ -9,6 +9,7 @@
     protot.labels     a label per prototype (top write / read tokens, contexts), the concept check
                       and its null models (a prototype found by its label: protot.label_select)
     protot.ablation   masking / reinitialising one prototype: p(word) per stratum, perplexity
+    protot.women      the women claims measured with those tools
     protot.usage      each prototype's share of its layer's gate mass; dead prototypes
     protot.robustness rule-based edits (7 meaning-preserving, 3 meaning-changing types), four next-token
                       metrics, comparison of orders with the authors' robustness tables

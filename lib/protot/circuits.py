@@ -437,7 +437,7 @@ def draw_trace(tr: Trace, ax, *, title: str | None = None):
 def select_prototype(model, tokenizer, train_stream: np.ndarray, word: str = " women", *, candidates: int | None = 16,
                      select_windows: int = 48, select_context: int = 64, seed: int = 0, batch_size: int = 16):
     """(layer, prototype, scan): the prototype chosen as the causal scan of notebook 06
-    (``ablation.measure_women``, claim ``protot/women-causal-scan``) chooses it (the same functions
+    (``women.measure_women``, claim ``protot/women-causal-scan``) chooses it (the same functions
     and arguments; that scan masks every prototype, ``candidates=None``): windows before ``select_windows`` training occurrences of
     ``word``, the ``candidates`` most selective prototypes (None: all) masked one at a time, the
     largest drop of mean p(word) wins."""

@@ -715,6 +715,43 @@ def test_alive_controls_exclude_dead_prototypes():
     assert A.alive_controls(np.zeros((1, 4), bool), 0, 1, 8) == []
 
 
+def test_edit_margins_by_hand():
+    """Specificity: the women contexts and each checked set resampled on their own; controls: on the
+    women contexts' draw, shared by the edit and every control; unchecked sets play no part."""
+    from protot import ablation as A
+
+    rng = np.random.default_rng(0)
+    p0 = rng.uniform(0.05, 0.2, 12)
+    p1 = p0 * rng.uniform(0.5, 0.9, 12)                               # the edit: a drop of ~30%
+    q0, r0, g0 = rng.uniform(0.05, 0.2, 9), rng.uniform(0.05, 0.2, 7), rng.uniform(0.05, 0.2, 5)
+    q1, r1, g1 = q0 * rng.uniform(0.8, 1.1, 9), r0 * rng.uniform(0.85, 1.0, 7), g0 * 0.01
+    c1, c2 = p0 * rng.uniform(0.9, 1.05, 12), p0 * rng.uniform(0.7, 1.0, 12)
+    judged = {"probs": {"intact": p0, "edited": p1, "others": {"a": (q0, q1), "b": (r0, r1), "g": (g0, g1)},
+                        "controls": {3: c1, 5: c2}}}
+    m = A.edit_margins(judged, ["a", "b"], n_boot=300, seed=5)
+
+    def drop(x0, x1):
+        return 100 * (1 - x1.mean(-1) / x0.mean(-1))
+
+    assert m["specificity_margin"] == pytest.approx(drop(p0, p1) - max(drop(q0, q1), drop(r0, r1)), rel=1e-12)
+    assert m["control_margin"] == pytest.approx(drop(p0, p1) - max(drop(p0, c1), drop(p0, c2)), rel=1e-12)
+    g = np.random.default_rng(5)
+    i, ia, ib = (g.integers(0, n, size=(300, n)) for n in (12, 9, 7))
+    spec = drop(p0[i], p1[i]) - np.maximum(drop(q0[ia], q1[ia]), drop(r0[ib], r1[ib]))
+    want = np.quantile(spec, [0.025, 0.975])
+    assert (m["specificity_margin_ci_low"], m["specificity_margin_ci_high"]) == pytest.approx(tuple(want), rel=1e-12)
+    i = np.random.default_rng(5).integers(0, 12, size=(300, 12))
+    ctrl = drop(p0[i], p1[i]) - np.maximum(drop(p0[i], c1[i]), drop(p0[i], c2[i]))
+    want = np.quantile(ctrl, [0.025, 0.975])
+    assert (m["control_margin_ci_low"], m["control_margin_ci_high"]) == pytest.approx(tuple(want), rel=1e-12)
+    none = A.edit_margins({"probs": {**judged["probs"], "controls": {}}}, ["a"], n_boot=50)
+    assert np.isnan([none["control_margin"], none["control_margin_ci_low"], none["control_margin_ci_high"]]).all()
+    with pytest.raises(ValueError, match=r"checked context sets among \['a', 'b', 'g'\], got \['x'\]"):
+        A.edit_margins(judged, ["x"])
+    with pytest.raises(ValueError, match="checked context sets"):
+        A.edit_margins(judged, [])
+
+
 def test_measure_women_on_a_planted_model(tokenizer, women):
     """The whole women measurement on a tiny model with a planted female prototype (layer 0, P3) and
     two dead prototypes in the same layer: the label finds P3, the dead ones are never controls (of
@@ -722,6 +759,7 @@ def test_measure_women_on_a_planted_model(tokenizer, women):
     direct recomputation."""
     from compendium import claims
     from protot import ablation as A
+    from protot import women as W
 
     m = _model(tokenizer.vocab_size, conv_layers=0, seed=2, shared_keys=True)
     female_ids = [C.token_id(tokenizer, w) for w, _ in A.FEMALE_PAIRS]
@@ -754,7 +792,7 @@ def test_measure_women_on_a_planted_model(tokenizer, women):
               n_controls=None, reinit_seeds=(0,), ppl_blocks=6, ppl_context=16, effect_context=16, short=4,
               n_boot=200, seed=0)
     before = {n: p.detach().clone() for n, p in m.state_dict().items()}
-    a, p, s = A.measure_women(m, tokenizer, train, val, **kw)
+    a, p, s = W.measure_women(m, tokenizer, train, val, **kw)
     assert a.evidence["prototype"] == "L0 P3" and a.values["labelled_female"] is True
     dead = a.tables["dead_prototypes"]
     assert {(0, 5), (0, 6)} <= set(zip(dead.layer, dead.prototype)) and (0, 3) not in set(zip(dead.layer, dead.prototype))
@@ -791,6 +829,11 @@ def test_measure_women_on_a_planted_model(tokenizer, women):
     spec = a.tables["women_specificity"].set_index("word")
     checked = [" people", " children", "gender-free coordination"]
     assert a.values["specificity_margin"] == pytest.approx(a.values["drop_pct"] - spec.loc[checked, "drop_pct"].max())
+    for name in ("specificity_margin", "control_margin"):          # the margins' intervals (edit_margins)
+        assert a.values[f"{name}_ci_low"] <= a.values[name] <= a.values[f"{name}_ci_high"]
+    assert a.values["n_contexts"] == len(ctx) == s.values["n_contexts"]
+    assert (p.values["target_vs_controls"], p.values["target_vs_controls_ci_low"], p.values["target_vs_controls_ci_high"]) == \
+        (a.values["control_margin"], a.values["control_margin_ci_low"], a.values["control_margin_ci_high"])
     assert list(spec.loc[list(A.GENDER_CHECK_WORDS), "split"]) == ["train"] * 3
     # the causal scan scanned everything; its winner is the largest training drop
     scan = s.tables["women_selection_scan"]
@@ -810,7 +853,7 @@ def test_measure_women_on_a_planted_model(tokenizer, women):
 
 def test_women_settings_come_from_the_registered_protocol():
     from compendium import claims
-    from protot import ablation as A
+    from protot import women as A
 
     cpu = A.women_settings(claims.protocol("protot/women-prototype-ablation", "cpu"), seed=3)
     assert cpu["reinit_seeds"] == (3,) and cpu["n_controls"] == 8 and "model" not in cpu and "word" not in cpu
