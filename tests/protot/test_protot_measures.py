@@ -270,8 +270,15 @@ def test_scaling_trend():
     assert m.values["protot_exponent_tokens"] == pytest.approx(-0.3, abs=1e-9)
     assert m.values["min_fit_r2"] == pytest.approx(1.0, abs=1e-9)
     assert m.values["max_baseline_exponent"] == pytest.approx(-0.15, abs=1e-9)
+    assert m.values["min_fit_points"] == 3
     assert "at 400,000 tokens" in m.note and "2 sizes ['s1', 's2']" in m.note
     fits_ledger(m)
+    # a power law through two points fits them exactly (r2 = 1): min_units asks for three
+    two = fits | {"mamba": {"params": sweep.fit_power_law(x_p[:2], [5.0, 3.0]), "tokens": fits["mamba"]["tokens"]}}
+    v = sweep.measure_scaling_trend(two, None, None, ["llama", "mamba"], [1], [], "paper").values
+    assert v["min_fit_points"] == 2 and two["mamba"]["params"]["r2"] == pytest.approx(1.0)
+    status, _, _, reason = claims.evaluate(claims.get_claim("protot/scaling-trend"), v, "paper")
+    assert status == claims.INCONCLUSIVE and "min-units" in reason
     with pytest.raises(ValueError, match="mamba"):
         sweep.measure_scaling_trend({k: fits[k] for k in ("protot", "llama")}, None, None, ["llama", "mamba"],
                                     [1], [], "cpu")
