@@ -255,6 +255,27 @@ def test_ppl_ranking_from_a_committed_pair():
         evaluate.measure_ppl_ranking(_ppl_table(), 600.0, "", pair={"a": _manifest("llama"), "b": _manifest("llama")})
 
 
+def test_training_protocol_is_the_notebooks_earlier_settings():
+    """protot/02's registered protocol gives the recipe the notebook used before it was registered (cpu: the
+    smoke training profile shrunk to 80 steps of 8 x 64 tokens; paper: the paper-large profile), for every
+    claim of the notebook, and a smaller smoke recipe."""
+    from protot.train import config, sweep
+
+    keys = ["protot/ppl-protot-large", "protot/ppl-llama-large", "protot/ppl-deltanet-large", "protot/ppl-ranking"]
+    for profile in ("cpu", "paper", "smoke"):
+        assert len({str(claims.protocol(k, profile)) for k in keys}) == 1, profile       # one shared block
+    cpu, paper, smoke = (claims.protocol(keys[0], p) for p in ("cpu", "paper", "smoke"))
+    assert sweep.grid_config(cpu, seed=3) == config.profile(
+        "smoke", size="tiny", context=64, batch_size=8, tokens=80 * 8 * 64, warmup_steps=10, eval_every=40,
+        eval_blocks=32, ckpt_every=80, seed=3)
+    assert sweep.grid_config(paper, seed=3) == config.profile("paper-large", seed=3)
+    assert (cpu["eval_blocks"], paper["eval_blocks"], cpu["gen_tokens"], paper["gen_tokens"]) == (64, "all", 24, 60)
+    assert cpu["archs"] == paper["archs"] == ["protot", "llama", "deltanet", "mamba"]
+    assert cpu["models"] == paper["models"] == ["protot-cpu-small", "llama-cpu-small"]
+    small = sweep.grid_config(smoke, seed=0)
+    assert small.tokens < sweep.grid_config(cpu, seed=0).tokens and small.context == 64 and smoke["eval_blocks"] < 64
+
+
 # ----------------------------------------------------------------------------- 03_scaling
 def test_scaling_trend():
     from protot.train import sweep

@@ -194,14 +194,15 @@ def parse_size(spec: str) -> tuple[str, dict]:
 
 
 def grid_config(protocol: dict, seed: int) -> TrainConfig:
-    """The sweep's base training config from its protocol: the training profile ``train_profile``
-    with every ``train_<field>`` entry replacing that field (e.g. ``train_context: 64``)."""
+    """A training config from a claim's protocol (the scaling sweep's base, notebook 02's recipe): the
+    training profile ``train_profile`` with every ``train_<field>`` entry replacing that field (e.g.
+    ``train_context: 64``)."""
     from protot.train.config import profile
 
     fields = {k[len("train_"):]: v for k, v in protocol.items() if k.startswith("train_") and k != "train_profile"}
     if "train_profile" not in protocol:
-        raise ValueError("the scaling protocol names no train_profile")
+        raise ValueError("the protocol names no train_profile")
     try:
         return profile(protocol["train_profile"], **fields, seed=seed)
     except TypeError as exc:
-        raise ValueError(f"the scaling protocol sets a field TrainConfig does not have: {exc}") from None
+        raise ValueError(f"the protocol sets a field TrainConfig does not have: {exc}") from None
