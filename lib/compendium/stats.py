@@ -78,3 +78,34 @@ def _positive(x, name: str) -> np.ndarray:
     if not np.all(np.isfinite(x)) or np.any(x <= 0):
         raise ValueError(f"{name} needs finite positive ratios, got {x[~(np.isfinite(x) & (x > 0))][:3].tolist()}")
     return x
+
+
+def bootstrap_groups_ci(statistic, *groups, n_boot: int = 2000, seed: int = 0,
+                        level: float = 0.95) -> tuple[float, float]:
+    """Interval of ``statistic(*resampled groups)`` over groups of units resampled each on its own.
+
+    A group is a tuple of paired samples of one length (its units, e.g. one set of contexts with the
+    intact and the edited probability of each); every sample of a group is drawn with the same
+    indices, and the groups one after the other from one generator (numpy's default_rng(seed)), so
+    that one group of one sample is :func:`bootstrap_mean_ci`'s draw. ``statistic`` takes one tuple
+    of (n_boot, n_group) arrays per group and returns (n_boot,) values, which must be finite."""
+    if not groups:
+        raise ValueError("bootstrap_groups_ci needs at least one group")
+    samples = []
+    for g, group in enumerate(groups):
+        if not isinstance(group, (tuple, list)) or not group:
+            raise ValueError(f"group {g} must be a non-empty tuple of samples, got {type(group).__name__}")
+        xs = [_sample(x, "bootstrap_groups_ci") for x in group]
+        if len({len(x) for x in xs}) != 1:
+            raise ValueError(f"the samples of group {g} must have one length, got {[len(x) for x in xs]}")
+        samples.append(xs)
+    rng = np.random.default_rng(seed)
+    drawn = []
+    for xs in samples:
+        idx = rng.integers(0, len(xs[0]), size=(n_boot, len(xs[0])))
+        drawn.append(tuple(x[idx] for x in xs))
+    stats = np.asarray(statistic(*drawn), dtype=np.float64)
+    if stats.shape != (n_boot,) or not np.all(np.isfinite(stats)):
+        raise ValueError(f"bootstrap_groups_ci: the statistic must give {n_boot} finite values, got shape "
+                         f"{stats.shape} with {int(np.sum(~np.isfinite(stats)))} not finite")
+    return _quantiles(stats, level)

@@ -1,7 +1,8 @@
 """Timing and memory helpers shared by notebooks/protot/01_mixer_derivation.py and
-benchmarks/bench_mixer.py. Times are the best of repeated runs (decoding: the best round median,
-contexts interleaved) in one process, so that ratios taken from one run stay comparable on a
-shared, loaded machine.
+benchmarks/bench_mixer.py. Times are the best of repeated runs in one process, so that ratios taken
+from one run stay comparable on a shared, loaded machine; decoding is timed in interleaved rounds
+(every context once per round), and the claim's ratio of long to short context is taken per round
+and aggregated over rounds (the rounds are the units of its interval).
 
 Memory is measured as the bytes of the tensors autograd saves for the backward pass (unique
 storages, via ``torch.autograd.graph.saved_tensors_hooks``): the activation memory of training,
@@ -14,6 +15,7 @@ import math
 import statistics
 import time
 
+import numpy as np
 import torch
 
 from kernels.proto_mixer import decay_linear_attn
@@ -168,22 +170,24 @@ def prefilled_cache(model, context: int, vocab_size: int, seed: int = 0, synthet
 
 
 @torch.no_grad()
-def decode_times(model, contexts, vocab_size: int, rounds: int = 5, tokens_per_round: int = 8,
-                 seed: int = 0) -> dict:
-    """{context: seconds per generated token} (batch 1) after ``context`` cached tokens.
+def decode_round_times(model, contexts, vocab_size: int, rounds: int = 5, tokens_per_round: int = 8,
+                       seed: int = 0) -> dict[int, list[float]]:
+    """{context: [seconds per generated token in each round]} (batch 1) after ``context`` cached tokens.
 
-    All caches are prefilled first; then ``rounds`` rounds each decode ``tokens_per_round`` tokens
-    from every context in turn (interleaved, so that load from other processes hits all contexts
-    alike). The result per context is the best round median: on a shared machine the least
-    disturbed estimate of the per-token cost. Runs on the model's device (on a GPU each token is
-    synchronised before its time is taken).
+    All caches are prefilled first; then, after one untimed warm-up round, ``rounds`` rounds each
+    decode ``tokens_per_round`` tokens from every context in turn (interleaved, so that load from
+    other processes hits all contexts of a round alike); a round's time per token is the median of
+    its ``tokens_per_round`` tokens. Runs on the model's device (on a GPU each token is synchronised
+    before its time is taken).
     """
+    if rounds < 1:
+        raise ValueError(f"decode_round_times needs at least one timed round, got {rounds}")
     model.eval()
     device = next(model.parameters()).device
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     caches = {L: prefilled_cache(model, L, vocab_size, seed=seed) for L in contexts}
     toks = {L: torch.zeros(1, 1, dtype=torch.long, device=device) for L in contexts}
-    best = {L: float("inf") for L in contexts}
+    out: dict[int, list[float]] = {L: [] for L in contexts}
     for rnd in range(rounds + 1):                                       # round 0 warms up
         for L in contexts:
             times = []
@@ -195,8 +199,17 @@ def decode_times(model, contexts, vocab_size: int, rounds: int = 5, tokens_per_r
                 times.append(time.perf_counter() - t0)
                 toks[L] = logits[:, -1:].argmax(-1)
             if rnd > 0:
-                best[L] = min(best[L], statistics.median(times))
-    return best
+                out[L].append(statistics.median(times))
+    return out
+
+
+def decode_times(model, contexts, vocab_size: int, rounds: int = 5, tokens_per_round: int = 8,
+                 seed: int = 0) -> dict:
+    """{context: seconds per generated token}: the best round of :func:`decode_round_times` (on a
+    shared machine the least disturbed estimate of the per-token cost)."""
+    per_round = decode_round_times(model, contexts, vocab_size, rounds=rounds, tokens_per_round=tokens_per_round,
+                                   seed=seed)
+    return {L: min(v) for L, v in per_round.items()}
 
 
 def decode_time_per_token(model, context: int, vocab_size: int, n_tokens: int = 32, seed: int = 0) -> float:
@@ -242,32 +255,51 @@ def measure_linear_cost(cost, fit_from: dict[str, int], config: dict | None = No
               f"{slopes['quadratic']['memory']:.2f}, time {slopes['quadratic']['time']:.2f}"))
 
 
-def decode_ratios(decode) -> dict[str, float]:
-    """{arch: time per token at the longest context / at the shortest} from rows (arch, context, sec_per_token)."""
-    missing = [c for c in ("arch", "context", "sec_per_token") if c not in decode]
+def round_ratios(decode) -> dict[str, np.ndarray]:
+    """{arch: per-round ratios}: in each timed round, the time per token at the longest context over
+    that at the shortest (the two timed in the same round), from rows (arch, context, round,
+    sec_per_token), one per arch, context and round; rounds in increasing order."""
+    missing = [c for c in ("arch", "context", "round", "sec_per_token") if c not in decode]
     if missing:
-        raise ValueError(f"decode_ratios: the decode table lacks column(s) {missing}")
-    per = decode.pivot(index="context", columns="arch", values="sec_per_token")
-    if len(per) < 2 or per.isna().any().any():
-        raise ValueError("decode_ratios: needs every architecture timed at two or more contexts")
-    return (per.loc[per.index.max()] / per.loc[per.index.min()]).to_dict()
+        raise ValueError(f"round_ratios: the decode table lacks column(s) {missing}")
+    if decode.duplicated(["arch", "context", "round"]).any():
+        raise ValueError("round_ratios: more than one time for an (arch, context, round)")
+    out = {}
+    for arch, d in decode.groupby("arch"):
+        per = d.pivot(index="round", columns="context", values="sec_per_token").sort_index()
+        if per.shape[1] < 2 or per.isna().any().any():
+            raise ValueError(f"round_ratios: {arch} must be timed at two or more contexts in every round")
+        out[arch] = (per[per.columns.max()] / per[per.columns.min()]).to_numpy(dtype=np.float64)
+    return out
 
 
-def measure_decode_constant(decode, config: dict | None = None):
-    """Claim protot/decode-constant-time: ProtoT's time per token at the longest context over the shortest
-    (the check); LLaMA's ratio in the same run is the precondition's quantity (the sweep can tell O(1) from O(T))."""
+def measure_decode_constant(decode, config: dict | None = None, n_boot: int = 2000, seed: int = 0):
+    """Claim protot/decode-constant-time: ProtoT's time per token at the longest context over the shortest,
+    a ratio per timed round (:func:`round_ratios`) aggregated as their geometric mean, with its percentile
+    bootstrap interval over rounds (:func:`compendium.stats.geometric_mean_ci`; the check); LLaMA's geometric
+    mean over the same rounds is the precondition's quantity (the sweep can tell O(1) from O(T)); n_rounds
+    (the rounds both were timed in) is min_units' quantity."""
+    from compendium import stats
     from compendium.claims import Measurement
 
-    ratios = decode_ratios(decode)
+    ratios = round_ratios(decode)
     missing = [a for a in ("protot", "llama") if a not in ratios]
     if missing:
         raise ValueError(f"measure_decode_constant: no decode times for {missing}")
-    per = decode.pivot(index="context", columns="arch", values="sec_per_token")
-    lo, hi = int(per.index.min()), int(per.index.max())
+    gm = {a: stats.geometric_mean(r) for a, r in ratios.items()}
+    lo, hi = stats.geometric_mean_ci(ratios["protot"], n_boot=n_boot, seed=seed)
+    llama_lo, llama_hi = stats.geometric_mean_ci(ratios["llama"], n_boot=n_boot, seed=seed)
+    per = decode.pivot_table(index="context", columns="arch", values="sec_per_token", aggfunc="median")
+    short, long = int(per.index.min()), int(per.index.max())
+    n_rounds = min(len(ratios["protot"]), len(ratios["llama"]))
     return Measurement(
         "protot/decode-constant-time",
-        values={"protot_time_ratio": ratios["protot"], "llama_time_ratio": ratios["llama"]},
-        evidence={"ms_per_token": (per * 1e3).round(4).to_dict()},
-        tables={"decode_time_vs_context": decode}, config=dict(config or {}),
-        note=(f"time per token at {hi} over {lo} tokens of context: ProtoT {ratios['protot']:.2f}x, "
-              f"LLaMA {ratios['llama']:.2f}x"))
+        values={"protot_time_ratio": gm["protot"], "protot_time_ratio_ci_low": lo, "protot_time_ratio_ci_high": hi,
+                "llama_time_ratio": gm["llama"], "n_rounds": n_rounds},
+        evidence={"median_ms_per_token": (per * 1e3).round(4).to_dict(),
+                  "round_ratios": {a: [round(float(x), 6) for x in r] for a, r in ratios.items()},
+                  "llama_time_ratio_ci": [llama_lo, llama_hi]},
+        tables={"decode_time_vs_context": decode}, config=dict(config or {}, n_boot=n_boot, seed=seed),
+        note=(f"time per token at {long} over {short} tokens of context, per round, geometric mean over {n_rounds} "
+              f"rounds: ProtoT {gm['protot']:.3f}x (95% CI {lo:.3f}..{hi:.3f}), LLaMA {gm['llama']:.3f}x "
+              f"({llama_lo:.3f}..{llama_hi:.3f})"))

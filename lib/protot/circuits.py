@@ -41,6 +41,7 @@ import pandas as pd
 import torch
 
 from compendium.stats import bootstrap_diff_ci as bootstrap_diff  # noqa: F401  (re-exported)
+from compendium.stats import bootstrap_mean_ci
 from protot.mixer import gate_logits, read_query
 
 GATES = ("write", "read")
@@ -437,7 +438,7 @@ def draw_trace(tr: Trace, ax, *, title: str | None = None):
 def select_prototype(model, tokenizer, train_stream: np.ndarray, word: str = " women", *, candidates: int | None = 16,
                      select_windows: int = 48, select_context: int = 64, seed: int = 0, batch_size: int = 16):
     """(layer, prototype, scan): the prototype chosen as the causal scan of notebook 06
-    (``ablation.measure_women``, claim ``protot/women-causal-scan``) chooses it (the same functions
+    (``women.measure_women``, claim ``protot/women-causal-scan``) chooses it (the same functions
     and arguments; that scan masks every prototype, ``candidates=None``): windows before ``select_windows`` training occurrences of
     ``word``, the ``candidates`` most selective prototypes (None: all) masked one at a time, the
     largest drop of mean p(word) wins."""
@@ -490,8 +491,9 @@ def measure_write_circuit(model, tokenizer, val_stream: np.ndarray, layer: int, 
     ``context`` tokens with ``word`` at position context // 2 (``concepts.windows_at``, "center").
     Null: ``null_blocks`` random validation blocks of ``context`` tokens, positions >= context // 2,
     other tokens, write gate of the prototype in its top ``null_top`` (at most ``null_max``).
-    values: embed_share, embed_share_margin_ci_low, write_selectivity, decomposition_error,
-    n_occurrences. Tables: circuit_atoms (mean term and share per atom, word vs null)."""
+    values: embed_share with its interval over occurrences (embed_share_ci_low / _ci_high), embed_share_margin
+    (minus the null positions' share) with its interval (occurrences and null positions resampled each on
+    their own), write_selectivity, decomposition_error, n_occurrences. Tables: circuit_atoms (mean term and share per atom, word vs null)."""
     from compendium import claims
     from protot import concepts
 
@@ -514,6 +516,7 @@ def measure_write_circuit(model, tokenizer, val_stream: np.ndarray, layer: int, 
                               seed=seed)
     dn = decompose(model, cn, layer, "write", npos, rows=nr, prototypes=[prototype], centered=True)
     sw, sn = _embed_share(dw), _embed_share(dn)
+    share_lo, share_hi = bootstrap_mean_ci(sw, n_boot=n_boot, seed=seed)
     lo, hi = bootstrap_diff(sw, sn, n_boot=n_boot, seed=seed)
     gate_word = cw.write[layer][:, mid, prototype].double()
     gate_all = cn.write[layer][:, :, prototype].double()
@@ -533,10 +536,11 @@ def measure_write_circuit(model, tokenizer, val_stream: np.ndarray, layer: int, 
             "channel": float(sh[:, d.meta.kind.isin(["channel", "mixer"]).to_numpy() & own].sum(1).mean()),
             "earlier taps": float(sh[:, ~own].sum(1).mean()),
         }
-    values = {"embed_share": float(sw.mean()), "embed_share_margin_ci_low": lo, "write_selectivity": selectivity,
+    values = {"embed_share": float(sw.mean()), "embed_share_ci_low": share_lo, "embed_share_ci_high": share_hi,
+              "embed_share_margin": float(sw.mean() - sn.mean()), "embed_share_margin_ci_low": lo,
+              "embed_share_margin_ci_high": hi, "write_selectivity": selectivity,
               "decomposition_error": err, "n_occurrences": int(len(sw))}
-    evidence = {"embed_share_null": float(sn.mean()), "embed_share_margin": float(sw.mean() - sn.mean()),
-                "embed_share_margin_ci_high": hi, "n_null_positions": int(len(sn)),
+    evidence = {"embed_share_null": float(sn.mean()), "n_null_positions": int(len(sn)),
                 "selected": f"L{layer} P{prototype}", "share_by_kind": by_kind,
                 "mean_centred_logit_word": float(dw.logit[:, 0].mean()),
                 "mean_centred_logit_null": float(dn.logit[:, 0].mean()),

@@ -244,7 +244,7 @@ def bootstrap_change(p0: np.ndarray, p1: np.ndarray, n_boot: int = 2000, seed: i
 
 # The study modules import this one; their names stay reachable from here (``concepts.mask_scan``,
 # ``concepts.measure_concepts``, ...) through a lazy module attribute, without an import cycle.
-_STUDIES = ("protot.usage", "protot.labels", "protot.ablation")
+_STUDIES = ("protot.usage", "protot.labels", "protot.ablation", "protot.women")
 
 
 def __getattr__(name: str):

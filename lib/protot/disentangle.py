@@ -331,7 +331,8 @@ def measure(table: pd.DataFrame, *, prototypes: str, heads: str, sae: str, nulls
     ``nulls``: {trained kind: its null's kind}. disentanglement_margin = D(prototypes) - max(D(heads),
     D(SAE)), with its interval from :func:`margin_interval` over ``per_unit`` (one row per unit: kind,
     disentanglement); coverage_margin likewise on the matched-size coverage; null_gap_min = the
-    smallest D(kind) - D(its null) over ``nulls``."""
+    smallest D(kind) - D(its null) over ``nulls``; n_prototypes_scored = the scored prototypes (the units
+    that make most of the interval's width, min_units' count)."""
     from compendium import claims
 
     t = table.set_index("kind")
@@ -347,7 +348,7 @@ def measure(table: pd.DataFrame, *, prototypes: str, heads: str, sae: str, nulls
               "disentanglement_margin_ci_low": lo, "disentanglement_margin_ci_high": hi,
               "coverage_margin": float(c[prototypes] - max(c[heads], c[sae])),
               "null_gap_min": min(gaps.values()), "sae_explained_variance": float(sae_explained_variance),
-              "n_classes": int(n_classes),
+              "n_classes": int(n_classes), "n_prototypes_scored": int(t.loc[prototypes, "scored"]),
               "d_prototypes": float(d[prototypes]), "d_heads": float(d[heads]), "d_sae": float(d[sae]),
               "coverage_prototypes": float(c[prototypes]), "coverage_heads": float(c[heads]),
               "coverage_sae": float(c[sae])}

@@ -15,7 +15,8 @@ gate temperatures are set so its gates are as sharp as the trained model's.
 
 Finding a prototype by its label: :func:`find_prototype` (one word's selectivity) and
 :func:`word_gates` / :func:`label_scores` / :func:`select_by_label` (a class of words against
-matched words, e.g. female words against non-gender words).
+matched words, e.g. female words against non-gender words; they live in :mod:`protot.label_select`
+and are reachable from here).
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from protot.concepts import GATE_KINDS, GateStats, collect_gates, token_id, token_table, windows_at
+from protot.concepts import GATE_KINDS, GateStats, collect_gates, token_id, token_table
+from protot.label_select import LabelSelection, label_scores, select_by_label, top_token_share, word_gates  # noqa: F401
 from protot.usage import DEAD_FLOOR, alive_mask, gate_shares
 
 NULL_FAMILIES = ("untrained", "prototypes redrawn", "prototypes and read projections redrawn")
@@ -489,6 +491,25 @@ def margin_interval(trained: np.ndarray, pool: np.ndarray, n_boot: int = 2000, s
     return float(t.mean() - p.mean()), float(lo), float(hi)
 
 
+def min_margin_interval(trained: np.ndarray, pools: list[np.ndarray], n_boot: int = 2000, seed: int = 0,
+                        level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the smallest margin over null families, mean(trained) - max over
+    ``pools`` of mean(pool): the trained prototypes resampled once per resample (shared by every
+    family's margin), each family's pool on its own (NaNs dropped first; :func:`compendium.stats.
+    bootstrap_groups_ci`). With one pool it is :func:`margin_interval`'s interval."""
+    from compendium.stats import bootstrap_groups_ci
+
+    def finite(x):
+        x = np.asarray(x, float)
+        return x[np.isfinite(x)]
+
+    t, ps = finite(trained), [finite(p) for p in pools]
+    if len(t) < 2 or not ps or min(len(p) for p in ps) < 2:
+        raise ValueError(f"need at least 2 values on each side, got {len(t)} and {[len(p) for p in ps]}")
+    return bootstrap_groups_ci(lambda tr, *pl: tr[0].mean(1) - np.max([p[0].mean(1) for p in pl], axis=0),
+                               (t,), *((p,) for p in ps), n_boot=n_boot, seed=seed, level=level)
+
+
 def measure_concepts(trained_stats: GateStats, null_stats: list[GateStats], ref: ReferenceEmbeddings, *,
                      trained_entropy: dict, null_entropy: list[dict], top: int = 10, min_count: int = 5,
                      null_info: list[dict] | None = None, null_families: list[str] | None = None,
@@ -500,8 +521,10 @@ def measure_concepts(trained_stats: GateStats, null_stats: list[GateStats], ref:
     margin = mean :func:`coherence` over the trained model's alive prototypes minus the mean over
     the family's pooled alive prototypes, with a bootstrap interval over prototypes
     (:func:`margin_interval`). ``floor``: the dead-prototype floor of :mod:`protot.usage` (None:
-    every prototype counts). Values: coherence_margin and coherence_margin_ci_low (the smallest
-    over families), null_entropy_gap (largest |H_null / H_trained - 1| of the mean write-gate
+    every prototype counts). Values: coherence_margin (the smallest margin over families: the trained
+    mean minus the largest family mean) and its interval coherence_margin_ci_low / _ci_high
+    (:func:`min_margin_interval`), alive_prototypes (the trained model's alive prototypes with a
+    coherence: the interval's units on the trained side), null_entropy_gap (largest |H_null / H_trained - 1| of the mean write-gate
     entropy), null_seeds (the smallest number of null models in a family), coherence_trained.
     Tables: concept_coherence (one row per model, layer, prototype, with family and alive) and
     concept_null_families (one row per family)."""
@@ -532,6 +555,10 @@ def measure_concepts(trained_stats: GateStats, null_stats: list[GateStats], ref:
         fam_rows.append({"family": fam, "models": len(idx), "alive_prototypes": int(sum(alive_n[i].sum() for i in idx)),
                          "coherence": float(np.nanmean(pool)), "margin": margin, "ci_low": lo, "ci_high": hi})
     fam_df = pd.DataFrame(fam_rows)
+    fams = list(dict.fromkeys(families))
+    pools = [np.concatenate([coh_n[i][alive_n[i]] for i, f in enumerate(families) if f == fam]) for fam in fams]
+    trained_alive = coh_t[alive_t]
+    min_lo, min_hi = min_margin_interval(trained_alive, pools, n_boot=n_boot, seed=seed)
     rows = []
     for name, fam, c, a in [("trained", "trained", coh_t, alive_t)] + [
             (f"null {i}", families[i], c, alive_n[i]) for i, c in enumerate(coh_n)]:
@@ -541,7 +568,8 @@ def measure_concepts(trained_stats: GateStats, null_stats: list[GateStats], ref:
     worst = fam_df.loc[fam_df["ci_low"].idxmin()]
     return claims.Measurement(
         claim="protot/concept-prototypes",
-        values={"coherence_margin": float(fam_df["margin"].min()), "coherence_margin_ci_low": float(fam_df["ci_low"].min()),
+        values={"coherence_margin": float(fam_df["margin"].min()), "coherence_margin_ci_low": min_lo,
+                "coherence_margin_ci_high": min_hi, "alive_prototypes": int(np.isfinite(trained_alive).sum()),
                 "null_entropy_gap": max(gaps), "null_seeds": int(fam_df["models"].min()),
                 "coherence_trained": mean_t, "coherence_null_max": max(mean_n)},
         evidence={"coherence_null": mean_n, "null_families": families, "read_entropy_gap_max": max(read_gaps),
@@ -554,90 +582,3 @@ def measure_concepts(trained_stats: GateStats, null_stats: list[GateStats], ref:
                   "reference_tokens": int(len(ref.ours))},
         tables={"concept_coherence": pd.DataFrame(rows), "concept_null_families": fam_df},
         config=dict(config or {}, top=top, min_count=min_count, reference=ref.name, dead_floor=floor, n_boot=n_boot))
-
-
-# -- a prototype found by its label: a class of words against matched words ------------------------------
-@torch.no_grad()
-def word_gates(model, tokenizer, stream: np.ndarray, words, *, windows: int = 64, context: int = 64,
-               seed: int = 0, batch_size: int = 16) -> dict[str, dict]:
-    """Mean write and read gate at each word of ``words`` (one token each): over up to ``windows``
-    windows of ``stream`` of ``context`` tokens centred on its occurrences (seeded), the gates at the
-    centre. {word: {"write": (L, R), "read": (L, R), "count": windows used}}."""
-    was = model.training
-    model.eval()
-    dev = next(model.parameters()).device
-    out = {}
-    try:
-        for w in words:
-            win = windows_at(stream, token_id(tokenizer, w), context, where="center", max_windows=windows, seed=seed)
-            if len(win) == 0:
-                raise ValueError(f"{w!r} has no window of {context} tokens in the stream")
-            sums = {kind: 0.0 for kind in GATE_KINDS}
-            for a in range(0, len(win), batch_size):
-                g = model(win[a:a + batch_size].to(dev), use_cache=False, output_gates=True, logits_to_keep=1).gates
-                for kind in GATE_KINDS:   # (L, B, R) at the centre position, summed over the batch
-                    sums[kind] = sums[kind] + torch.stack([x[f"{kind}_gate"][:, context // 2] for x in g]).double().sum(1)
-            out[w] = {kind: (sums[kind] / len(win)).cpu().numpy() for kind in GATE_KINDS} | {"count": len(win)}
-    finally:
-        model.train(was)
-    return out
-
-
-def label_scores(gates: dict[str, dict], pairs, alive: np.ndarray | None = None, floor: float = 1e-12) -> pd.DataFrame:
-    """Score of every (layer, prototype, gate) for a class of words against matched words:
-    mean over ``pairs`` (word, matched word) of ln(mean gate on the word / mean gate on the matched
-    word), gates floored at ``floor``. Columns layer, prototype, gate, score, alive (``alive`` (L, R),
-    default all); highest score first."""
-    rows = []
-    for kind in GATE_KINDS:
-        s = np.mean([np.log(np.maximum(gates[a][kind], floor) / np.maximum(gates[b][kind], floor)) for a, b in pairs], 0)
-        L, R = s.shape
-        al = np.ones((L, R), bool) if alive is None else alive
-        rows += [{"layer": l, "prototype": k, "gate": kind, "score": float(s[l, k]), "alive": bool(al[l, k])}
-                 for l in range(L) for k in range(R)]
-    return pd.DataFrame(rows).sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
-
-
-def top_token_share(stats: GateStats, gates: dict[str, dict], words, layer: int, k: int, gate: str, *,
-                    top: int = 10, min_count: int = 5) -> float:
-    """Share of ``words`` whose mean ``gate`` (from :func:`word_gates`) is at or above the ``top``-th
-    largest mean gate of prototype k of ``layer`` over the token types of ``stats`` seen at least
-    ``min_count`` times: how many of the words would enter its top-``top`` tokens."""
-    sums, counts = token_table(stats, gate)
-    keep = np.flatnonzero(counts >= min_count)
-    if len(keep) < top:
-        raise ValueError(f"only {len(keep)} token types are seen >= {min_count} times; need {top}")
-    mean = np.sort(sums[layer, keep, k] / counts[keep])[::-1]
-    bar = mean[top - 1]
-    return float(np.mean([gates[w][gate][layer, k] >= bar for w in words]))
-
-
-@dataclass
-class LabelSelection:
-    layer: int
-    prototype: int
-    gate: str            # the gate whose profile singled the class out
-    score: float         # label_scores' score
-    top_share: float     # top_token_share of the class's words
-    labelled: bool       # score >= ln(min_ratio) and top_share >= min_top_share
-    table: pd.DataFrame  # label_scores over every (layer, prototype, gate)
-
-    @property
-    def name(self) -> str:
-        return f"L{self.layer} P{self.prototype}"
-
-
-def select_by_label(scores: pd.DataFrame, stats: GateStats, gates: dict[str, dict], words, *, top: int = 10,
-                    min_count: int = 5, min_ratio: float = 2.0, min_top_share: float = 0.5) -> LabelSelection:
-    """The alive (layer, prototype) with the largest score (over both gates) in ``scores``
-    (:func:`label_scores`), and whether its label earns the class's name: score >= ln(``min_ratio``)
-    and at least ``min_top_share`` of ``words`` among its top-``top`` tokens (:func:`top_token_share`
-    on ``stats``)."""
-    cand = scores[scores["alive"]]
-    if cand.empty:
-        raise ValueError("no alive prototype to select")
-    best = cand.iloc[0]
-    layer, k, gate = int(best["layer"]), int(best["prototype"]), str(best["gate"])
-    share = top_token_share(stats, gates, words, layer, k, gate, top=top, min_count=min_count)
-    labelled = bool(best["score"] >= math.log(min_ratio) and share >= min_top_share)
-    return LabelSelection(layer, k, gate, float(best["score"]), share, labelled, scores)

@@ -8,7 +8,8 @@
 #
 # **Checked here:** ProtoT, LLaMA, DeltaNet and Mamba are trained from scratch with the same
 # backbone, parameter count (matched non-embedding parameters), data, token budget, optimiser and
-# schedule, and evaluated on our held-out validation documents and on WikiText-2 (test). At the
+# schedule, and evaluated on our held-out validation documents and on WikiText-2 (test); the settings are
+# the claims' registered protocol (`papers/protot/claims.yaml`). At the
 # `cpu` profile the models are tiny (2 layers x 64 hidden) and see ~41 k tokens, so the numbers
 # are a smoke-scale measurement, not the paper's; they show the training loop. The committed CPU models
 # (`models/protot-cpu-small` and `models/llama-cpu-small`: the paper's small backbone, 6 layers x 256,
@@ -38,14 +39,13 @@ from protot.train import config, evaluate, pretrained, sweep
 nb = notebook.start("protot/02_training", PROFILE, SEED, DEVICE,
                     threads=profiles.pick(PROFILE, cpu=1, paper=torch.get_num_threads()))
 
-ARCHS = ("protot", "llama", "deltanet", "mamba")
-BASE = profiles.pick(
-    nb.profile,
-    cpu=config.profile("smoke", size="tiny", context=64, batch_size=8, tokens=80 * 8 * 64, warmup_steps=10,
-                       eval_every=40, eval_blocks=32, ckpt_every=80, seed=nb.seed),
-    paper=config.profile("paper-large", seed=nb.seed),
-)
-EVAL_BLOCKS = profiles.pick(nb.profile, cpu=64, paper=None)  # blocks per split (None: all)
+# The registered protocol (papers/protot/claims.yaml, shared by the four claims of this notebook): the
+# architectures, the training recipe (train_*), the evaluation sample and the committed models read beside them.
+PROTOCOL = claims.protocol("protot/ppl-protot-large", nb.profile)
+ARCHS = tuple(PROTOCOL["archs"])
+BASE = sweep.grid_config(PROTOCOL, seed=nb.seed)              # the training recipe of every architecture
+EVAL_BLOCKS = None if PROTOCOL["eval_blocks"] == "all" else PROTOCOL["eval_blocks"]   # blocks per split
+MODELS = list(PROTOCOL["models"])                             # committed models evaluated beside them
 # trained models are a cache: a finished run with an identical config is reused by later runs
 RUNS = paths.cache_dir() / "train" / "protot-02" / nb.profile
 PAPER_PPL = {a: config.paper_large_ppl(a) for a in ARCHS}  # from claims.yaml; None: no value in the paper
@@ -88,7 +88,7 @@ for a in ARCHS:
                  "tokens": BASE.steps * BASE.tokens_per_step,
                  "val ppl": ev["validation"]["ppl"], "val bits/byte": ev["validation"]["bits_per_byte"],
                  "WikiText-2 ppl": ev["wikitext2-test"]["ppl"], "paper ppl (large)": PAPER_PPL[a]})
-committed = [n for n in ("protot-cpu-small", "llama-cpu-small") if n in pretrained.available()]
+committed = [n for n in MODELS if n in pretrained.available()]
 for name in committed:
     print("using committed model:", pretrained.describe(name))
     man = pretrained.manifest(name)
@@ -126,7 +126,7 @@ from protot import generate
 
 PROMPTS = ["The history of the city", "Scientists have found that", "In the first chapter of the book,",
            "The best way to learn a new language is"]
-GEN_TOKENS = profiles.pick(nb.profile, cpu=24, paper=60)
+GEN_TOKENS = PROTOCOL["gen_tokens"]
 gen = []
 for name in committed:
     pt = pretrained.load(name, device=nb.device)

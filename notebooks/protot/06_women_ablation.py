@@ -38,7 +38,7 @@ import pandas as pd
 import torch
 
 from compendium import claims, notebook, plotting, profiles
-from protot import ablation, concepts
+from protot import ablation, concepts, women
 from protot.train import packing
 
 nb = notebook.start("protot/06_women_ablation", PROFILE, SEED, DEVICE,
@@ -46,7 +46,7 @@ nb = notebook.start("protot/06_women_ablation", PROFILE, SEED, DEVICE,
 # The registered protocol (papers/protot/claims.yaml, shared by the three women claims): model,
 # selection rule, sample sizes and aggregation per profile.
 PROTOCOL = claims.protocol("protot/women-prototype-ablation", nb.profile)
-SETTINGS = ablation.women_settings(PROTOCOL, seed=nb.seed)
+SETTINGS = women.women_settings(PROTOCOL, seed=nb.seed)
 MODEL = MODEL or PROTOCOL["model"]
 WORD = PROTOCOL["word"]
 PAPER_DROP = claims.get_claim("protot/women-prototype-ablation").paper_value       # % (claims.yaml)
@@ -62,8 +62,8 @@ weights_before = {n: v.detach().clone() for n, v in model.state_dict().items()}
 # ## Selection by label (training split), causal scan (training split), judgement (validation)
 
 # %%
-label_m, ppl_m, scan_m = ablation.measure_women(model.to(nb.device), tok, train_stream, val, word=WORD, seed=nb.seed,
-                                                model_name=lm.description, **SETTINGS)
+label_m, ppl_m, scan_m = women.measure_women(model.to(nb.device), tok, train_stream, val, word=WORD, seed=nb.seed,
+                                              model_name=lm.description, **SETTINGS)
 ev, v = label_m.evidence, label_m.values
 print(f"selected by label: {ev['prototype']} ({ev['selection_gate']} gate; score {ev['selection_score']:.3f} = mean "
       f"ln(gate on female word / gate on matched word); female words among its top-10 tokens: "
@@ -146,11 +146,14 @@ plt.show()
 # %% [markdown]
 # ## Verdicts
 # `conclude` records each measurement in this run's folder, then applies the check registered in
-# `claims.yaml` before this measurement (its `history` gives the earlier checks and verdicts). women-prototype-ablation: the label must earn "female"
-# (precondition), and the mask must lower p(" women") by at least 5% with its interval above 0,
-# with the topical stratum's interval above 0, more than for human groups and gender-free
-# coordination continuations, and more than any alive same-layer control. women-ablation-ppl: the
-# perplexity interval inside (-1%, 1%) and the edit more targeted than its controls.
+# `claims.yaml` before this measurement (its `history` gives the earlier checks and verdicts). Every
+# condition is decided by its 95% interval over contexts (or blocks): whole interval on the claim's side
+# passes, wholly on the other side fails, straddling leaves the verdict inconclusive.
+# women-prototype-ablation: the label must earn "female" (precondition), and the mask must lower
+# p(" women") by at least 5%, in the topical stratum by more than 0, more than for human groups and
+# gender-free coordination continuations (specificity margin > 0), and more than any alive same-layer
+# control (control margin > 0), on at least 30 validation contexts (min_units). women-ablation-ppl: the
+# perplexity change within [-1%, 1%] and the edit more targeted than its controls, on at least 128 blocks.
 # women-causal-scan: the scan's winner by the same tests, without the label and topical conditions.
 
 # %%
@@ -172,19 +175,26 @@ label_m.note = (
     f"by {v['drop_pct']:.2f}% (95% CI {v['ci_low_pct']:.2f}..{v['ci_high_pct']:.2f}); per stratum: {strata_text(label_m)}. "
     "Other words: " + ", ".join(f"{w!r} {d:+.2f}%" for w, d in ev["other_drops_pct"].items())
     + f"; largest alive same-layer control drop {max(ev['control_drops_pct'].values(), default=float('nan')):.2f}%. "
+    f"Specificity margin {v['specificity_margin']:+.2f} points (95% CI {v['specificity_margin_ci_low']:+.2f}.."
+    f"{v['specificity_margin_ci_high']:+.2f}), control margin {v['control_margin']:+.2f} ({v['control_margin_ci_low']:+.2f}.."
+    f"{v['control_margin_ci_high']:+.2f}). "
     f"Context effect on ' women' {v['context_effect_nats']:.3f} nats. " + scale)
 ppl_m.note = (
     f"Perplexity on {ppl_m.values['ppl_blocks']} random validation blocks: {ppl_m.evidence['ppl_intact']:.2f} intact, "
     f"{ppl_m.values['ppl_change_pct']:+.3f}% with {ppl_m.evidence['prototype']} masked (95% CI "
     f"{ppl_m.values['ppl_ci_low_pct']:+.3f}..{ppl_m.values['ppl_ci_high_pct']:+.3f}); alive same-layer controls: "
     + ", ".join(f"{e.replace('control ', '')} {c:+.3f}%" for e, c in ppl_m.evidence["control_ppl_change_pct"].items())
-    + f"; target_vs_controls {ppl_m.values['target_vs_controls']:.2f} points. " + scale)
+    + f"; target_vs_controls {ppl_m.values['target_vs_controls']:.2f} points (95% CI "
+    f"{ppl_m.values['target_vs_controls_ci_low']:.2f}..{ppl_m.values['target_vs_controls_ci_high']:.2f}). " + scale)
 scan_m.note = (
     f"Causal scan winner {sev['prototype']} ({sev['candidates_scanned']} prototypes, {sev['selection_contexts']} training "
     f"contexts; training drop {sev['selected_train_drop_pct']:.2f}%), class {sev['class']!r} (top write tokens "
     f"[{sev['label']['write_tokens']}]). Validation drop {sv['drop_pct']:.2f}% (95% CI {sv['ci_low_pct']:.2f}.."
     f"{sv['ci_high_pct']:.2f}); per stratum: {strata_text(scan_m)}. Other words: "
-    + ", ".join(f"{w!r} {d:+.2f}%" for w, d in sev["other_drops_pct"].items()) + ". " + scale)
+    + ", ".join(f"{w!r} {d:+.2f}%" for w, d in sev["other_drops_pct"].items())
+    + f". Specificity margin {sv['specificity_margin']:+.2f} points (95% CI {sv['specificity_margin_ci_low']:+.2f}.."
+    f"{sv['specificity_margin_ci_high']:+.2f}), control margin {sv['control_margin']:+.2f} ({sv['control_margin_ci_low']:+.2f}.."
+    f"{sv['control_margin_ci_high']:+.2f}). " + scale)
 assert (label_m.claim, ppl_m.claim, scan_m.claim) == (
     "protot/women-prototype-ablation", "protot/women-ablation-ppl", "protot/women-causal-scan")
 label_v = claims.conclude(label_m, profile=nb.profile, seed=nb.seed)

@@ -9,10 +9,11 @@
 # prototype's decision to take " women" is *lexical*: the token's own embedding carries at least half
 # of the positive attribution of the centred write logit (defined below; mean over validation
 # occurrences), and more than at the other tokens the prototype takes (null: other tokens in random
-# validation blocks where its write gate is in its top 5%; the lower end of the bootstrap interval
-# of the difference must be above 0). Preconditions: the prototype does take " women" (write
-# selectivity >= 2), the decomposition is exact on the measured tokens, and there are at least 20
-# occurrences.
+# validation blocks where its write gate is in its top 5%). Each is decided by its bootstrap interval
+# (the share's over occurrences, the difference's over occurrences and null positions): the whole
+# interval on the claim's side holds, wholly on the other side does not, straddling is inconclusive.
+# Preconditions: the prototype does take " women" (write selectivity >= 2), the decomposition is exact
+# on the measured tokens, and there are at least 20 occurrences (min_units).
 # An untrained ProtoT of the same configuration is measured the same way as a reference (evidence, not
 # part of the check).
 #
@@ -150,9 +151,9 @@ untrained = circuits.float64_copy(type(model)(copy.deepcopy(model.config)))   # 
 ref_m = circuits.measure_write_circuit(untrained, tok, val, LAYER, K, word=WORD, context=CTX,
                                        max_windows=SETTINGS["max_windows"], null_blocks=SETTINGS["null_blocks"],
                                        seed=nb.seed)
-meas.evidence["untrained"] = {q: ref_m.values[q] for q in ("embed_share", "embed_share_margin_ci_low", "write_selectivity")}
+meas.evidence["untrained"] = {q: ref_m.values[q] for q in ("embed_share", "embed_share_margin", "write_selectivity")}
 v, ev = meas.values, meas.evidence
-pd.DataFrame({"trained": {**{q: v[q] for q in ("embed_share", "embed_share_margin_ci_low", "write_selectivity")},
+pd.DataFrame({"trained": {**{q: v[q] for q in ("embed_share", "embed_share_margin", "write_selectivity")},
                           "embed_share_null": ev["embed_share_null"]},
               "untrained (same config)": {**ev["untrained"], "embed_share_null": ref_m.evidence["embed_share_null"]}}).round(4)
 
@@ -195,7 +196,8 @@ meas.note = (
     f"Over {v['n_occurrences']} validation occurrences of ' women' the own embedding carries {v['embed_share']:.3f} of the "
     f"positive attribution of the centred write logit (mean centred logit {ev['mean_centred_logit_word']:.3f}); at "
     f"{ev['n_null_positions']} null positions (other tokens, write gate in the top 5%) {ev['embed_share_null']:.3f}; "
-    f"difference 95% CI {v['embed_share_margin_ci_low']:.3f}..{ev['embed_share_margin_ci_high']:.3f}. Write selectivity "
+    f"difference {v['embed_share_margin']:+.3f} (95% CI {v['embed_share_margin_ci_low']:.3f}..{v['embed_share_margin_ci_high']:.3f}); "
+    f"share 95% CI {v['embed_share_ci_low']:.3f}..{v['embed_share_ci_high']:.3f}. Write selectivity "
     f"{v['write_selectivity']:.2f}; decomposition error {v['decomposition_error']:.1e}. By kind at the word: "
     + ", ".join(f"{k} {x:.3f}" for k, x in ev["share_by_kind"]["word"].items())
     + f". Untrained ProtoT of the same config, same (layer, prototype): embedding share {ev['untrained']['embed_share']:.3f}, "

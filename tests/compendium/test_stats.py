@@ -132,3 +132,60 @@ def test_geometric_mean_refuses_what_is_not_a_positive_ratio(bad):
         stats.geometric_mean(bad)
     with pytest.raises(ValueError, match="geometric_mean_ci"):
         stats.geometric_mean_ci(bad)
+
+
+def test_groups_ci_by_hand_pairs_within_a_group_and_draws_groups_apart():
+    a = np.array([1.0, 2.0, 4.0, 8.0, 3.0])
+    b = np.array([0.5, 2.5, 3.0, 9.0, 1.0])            # paired with a
+    c = np.array([0.2, 0.9, 0.4])                      # another group, of another length
+
+    def stat(g1, g2):
+        (x, y), (z,) = g1, g2
+        return y.mean(1) / x.mean(1) - z.mean(1)
+
+    rng = np.random.default_rng(4)
+    i1 = rng.integers(0, 5, size=(300, 5))             # the first group's draw, a and b alike
+    i2 = rng.integers(0, 3, size=(300, 3))             # then the second group's
+    want = b[i1].mean(1) / a[i1].mean(1) - c[i2].mean(1)
+    got = stats.bootstrap_groups_ci(stat, (a, b), (c,), n_boot=300, seed=4, level=0.9)
+    assert got == pytest.approx((np.quantile(want, 0.05), np.quantile(want, 0.95)), rel=1e-12)
+
+
+def test_groups_ci_single_units_and_exact_pairs_give_a_point():
+    # one unit per group: every resample is the same, the interval is the value itself (5 - 1 = 4)
+    assert stats.bootstrap_groups_ci(lambda g, h: h[0].mean(1) - g[0].mean(1), ([1.0],), ([5.0, 5.0],)) == (4.0, 4.0)
+    # b = 3 a unit by unit: drawn with the same indices the ratio of means is exactly 3 in every resample
+    a = np.random.default_rng(0).uniform(1, 2, size=25)
+    assert stats.bootstrap_groups_ci(lambda g: g[1].mean(1) / g[0].mean(1), (a, 3 * a)) == pytest.approx((3, 3), rel=1e-12)
+
+
+def test_groups_ci_draws_each_group_on_its_own():
+    # the same units in two groups: drawn apart, the difference of their means spreads around 0
+    # (drawn with one set of indices it would be exactly 0)
+    x = np.random.default_rng(1).normal(size=30)
+    lo, hi = stats.bootstrap_groups_ci(lambda g, h: g[0].mean(1) - h[0].mean(1), (x,), (x,))
+    assert lo < -0.2 and hi > 0.2
+
+
+def test_groups_ci_of_one_sample_is_the_mean_ci_and_defaults():
+    x = np.random.default_rng(2).normal(size=17)
+    assert stats.bootstrap_groups_ci(lambda g: g[0].mean(1), (x,)) == stats.bootstrap_mean_ci(x)
+    assert stats.bootstrap_groups_ci(lambda g: g[0].mean(1), [x], n_boot=300, seed=6, level=0.8) == \
+        stats.bootstrap_mean_ci(x, n_boot=300, seed=6, level=0.8)
+
+
+def test_groups_ci_refuses_bad_groups_and_statistics():
+    with pytest.raises(ValueError, match=r"^bootstrap_groups_ci needs at least one group$"):
+        stats.bootstrap_groups_ci(lambda: None)
+    with pytest.raises(ValueError, match=r"^group 1 must be a non-empty tuple of samples, got ndarray$"):
+        stats.bootstrap_groups_ci(lambda g, h: g[0].mean(1), ([1.0],), np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"^group 0 must be a non-empty tuple of samples, got tuple$"):
+        stats.bootstrap_groups_ci(lambda g: g[0].mean(1), ())
+    with pytest.raises(ValueError, match=r"^the samples of group 0 must have one length, got \[2, 1\]$"):
+        stats.bootstrap_groups_ci(lambda g: g[0].mean(1), ([1.0, 2.0], [1.0]))
+    with pytest.raises(ValueError, match=r"^bootstrap_groups_ci needs a non-empty 1-D sample"):
+        stats.bootstrap_groups_ci(lambda g: g[0].mean(1), ([],))
+    with pytest.raises(ValueError, match=r"must give 2000 finite values, got shape \(2000,\) with 2000 not finite"):
+        stats.bootstrap_groups_ci(lambda g: g[0].mean(1) / 0.0 * 0.0, ([1.0, 2.0],))
+    with pytest.raises(ValueError, match=r"must give 50 finite values, got shape \(50, 2\)"):
+        stats.bootstrap_groups_ci(lambda g: g[0], ([1.0, 2.0],), n_boot=50)

@@ -228,3 +228,25 @@ def test_measure_holds_when_the_embedding_carries_the_decision():
     assert v["embed_share"] > 0.9 and v["write_selectivity"] > 2
     status, *_ = claims.evaluate(claims.get_claim("protot/women-write-circuit"), v, "cpu", meas.evidence)
     assert status == "holds", (status, v)
+    # the intervals, recomputed from the per-position shares: the share's over occurrences, the margin's over
+    # occurrences and null positions drawn each on their own (occurrences first), both with the measure's seed
+    sh = meas.tables["circuit_embed_shares"]
+    sw, sn = (sh[sh.group == g].embed_share.to_numpy() for g in ("word", "null"))
+    assert v["n_occurrences"] == len(sw) and v["embed_share"] == pytest.approx(sw.mean(), rel=1e-12)
+    idx = np.random.default_rng(0).integers(0, len(sw), size=(200, len(sw)))
+    assert (v["embed_share_ci_low"], v["embed_share_ci_high"]) == pytest.approx(
+        tuple(np.quantile(sw[idx].mean(1), [0.025, 0.975])), rel=1e-12)
+    r = np.random.default_rng(0)
+    iw, inull = r.integers(0, len(sw), size=(200, len(sw))), r.integers(0, len(sn), size=(200, len(sn)))
+    assert v["embed_share_margin"] == pytest.approx(sw.mean() - sn.mean(), rel=1e-12)
+    assert (v["embed_share_margin_ci_low"], v["embed_share_margin_ci_high"]) == pytest.approx(
+        tuple(np.quantile(sw[iw].mean(1) - sn[inull].mean(1), [0.025, 0.975])), rel=1e-12)
+    # a share whose interval straddles 0.5 is inconclusive; one wholly below it does not hold
+    claim = claims.get_claim("protot/women-write-circuit")
+    straddle = {**v, "embed_share": 0.52, "embed_share_ci_low": 0.45, "embed_share_ci_high": 0.6}
+    assert claims.evaluate(claim, straddle, "cpu")[0] == claims.INCONCLUSIVE
+    below = {**v, "embed_share": 0.3, "embed_share_ci_low": 0.2, "embed_share_ci_high": 0.45}
+    assert claims.evaluate(claim, below, "cpu")[0] == claims.DOES_NOT_HOLD
+    few = {**v, "n_occurrences": 19}
+    status, _, _, reason = claims.evaluate(claim, few, "cpu")
+    assert status == claims.INCONCLUSIVE and "min-units" in reason

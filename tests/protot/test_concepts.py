@@ -296,7 +296,7 @@ def test_coherence_sees_planted_clusters():
     assert m.values["coherence_margin"] > 0.2 and m.values["null_seeds"] == 3
     assert m.values["null_entropy_gap"] == pytest.approx(0.02)
     claim = claims.get_claim(m.claim)
-    assert claims.evaluate(claim, m.values, "cpu")[0] == claims.HOLDS
+    assert _judged_at_the_floor(claim, m.values) == claims.HOLDS
     # a null whose gates are not as sharp fails the precondition: inconclusive, naming it
     m2 = C.measure_concepts(_stats_with(planted, ids, 400), nulls, ref, trained_entropy=H,
                             null_entropy=[{"write": 1.3, "read": 1.0}] * 3, top=10, min_count=2)
@@ -305,6 +305,58 @@ def test_coherence_sees_planted_clusters():
     with pytest.raises(ValueError, match="map to"):
         C.coherence(_stats_with(planted, ids, 400), C.ReferenceEmbeddings("none", np.array([0]), np.array([0]),
                                                                         np.ones((1, 2), np.float32)))
+
+
+def test_min_margin_interval_by_hand():
+    from protot import labels
+
+    t = np.array([0.30, 0.25, np.nan, 0.40, 0.35, 0.20])         # a NaN (no coherence) is left out
+    pools = [np.array([0.10, 0.31, 0.08, 0.25]), np.array([0.22, 0.30, 0.12]), np.array([0.05, np.nan, 0.07])]
+    lo, hi = labels.min_margin_interval(t, pools, n_boot=400, seed=3)
+    tt = t[np.isfinite(t)]
+    ps = [p[np.isfinite(p)] for p in pools]
+    rng = np.random.default_rng(3)
+    it = rng.integers(0, len(tt), size=(400, len(tt)))            # the trained prototypes: one draw, shared
+    means = [p[rng.integers(0, len(p), size=(400, len(p)))].mean(1) for p in ps]   # then each pool on its own
+    smallest = tt[it].mean(1) - np.max(means, axis=0)
+    assert (lo, hi) == pytest.approx(tuple(np.quantile(smallest, [0.025, 0.975])), rel=1e-12)
+    # two families close to each other: the smallest margin of each resample lies below either family's own,
+    # so its interval reaches lower than the lowest per-family interval end
+    per_family = [labels.margin_interval(tt, p, n_boot=400, seed=3)[1:] for p in ps]
+    assert lo < min(f[0] for f in per_family)
+    # one family: the per-family interval itself
+    assert labels.min_margin_interval(t, pools[1:2], n_boot=400, seed=3) == \
+        pytest.approx(labels.margin_interval(t, pools[1], n_boot=400, seed=3)[1:], rel=1e-12)
+    with pytest.raises(ValueError, match=r"at least 2 values on each side, got 5 and \[4, 1\]"):
+        labels.min_margin_interval(t, [pools[0], np.array([0.1, np.nan])])
+    with pytest.raises(ValueError, match=r"got 5 and \[\]"):
+        labels.min_margin_interval(t, [])
+
+
+def test_the_concept_check_reads_the_smallest_margin_and_its_interval():
+    """measure_concepts: coherence_margin is the smallest family margin, its interval min_margin_interval's
+    over the alive prototypes of the coherence table, alive_prototypes their number."""
+    from protot import labels
+
+    ref = _synthetic_reference()
+    ids = np.random.default_rng(1).integers(1, 400, size=(20, 64))
+    R = 8
+    planted = np.full((1, 20, 64, R), 0.1 / (R - 1))
+    planted[0, np.arange(20)[:, None], np.arange(64)[None, :], ids % R] = 0.9
+    nulls = [_stats_with(np.random.default_rng(s).dirichlet(np.full(R, 0.3), size=(1, 20, 64)), ids, 400) for s in (2, 3, 4, 5)]
+    H = {"write": 1.0, "read": 1.0}
+    fam = ["untrained", "untrained", "prototypes redrawn", "prototypes redrawn"]
+    m = C.measure_concepts(_stats_with(planted, ids, 400), nulls, ref, trained_entropy=H, null_entropy=[H] * 4, top=10,
+                           min_count=2, null_families=fam, n_boot=300, seed=4)
+    coh = m.tables["concept_coherence"]
+    tr = coh[(coh.model == "trained") & coh.alive].coherence.to_numpy()
+    pools = [coh[(coh.family == f) & coh.alive].coherence.to_numpy() for f in ("untrained", "prototypes redrawn")]
+    assert (m.values["coherence_margin_ci_low"], m.values["coherence_margin_ci_high"]) == \
+        labels.min_margin_interval(tr, pools, n_boot=300, seed=4)
+    fams = m.tables["concept_null_families"]
+    assert m.values["coherence_margin"] == pytest.approx(fams.margin.min(), rel=1e-12)
+    assert m.values["alive_prototypes"] == int(np.isfinite(tr).sum()) == R
+    assert m.evidence["family_margins"]["untrained"][0] == pytest.approx(float(fams.set_index("family").margin["untrained"]))
 
 
 def test_matched_null_and_an_untrained_model_fails_the_check(tokenizer):
@@ -330,7 +382,7 @@ def test_matched_null_and_an_untrained_model_fails_the_check(tokenizer):
     m = C.measure_concepts(stats[0], stats[1:], ref, trained_entropy=ents[0], null_entropy=ents[1:], min_count=2)
     assert m.values["null_seeds"] == 3 and m.values["null_entropy_gap"] <= 0.05
     status, *_ = claims.evaluate(claim, m.values, "cpu")
-    assert status == claims.DOES_NOT_HOLD, m.values
+    assert status in (claims.DOES_NOT_HOLD, claims.INCONCLUSIVE), m.values   # never holds
 
 
 # -- the nulls of the concept check: every one of them fails it ----------------------------------------------
@@ -397,9 +449,23 @@ def test_nulls_of_the_authors_variant_match_gate_entropy(tokenizer, family):
         assert torch.equal(p, before[name]), name
 
 
+def _judged_at_the_floor(claim, values):
+    """The verdict of the concept check on a tiny model's values: as measured it is inconclusive by
+    min-units (a tiny model has fewer alive prototypes than the floor); the check itself is applied
+    with the count raised to the floor."""
+    from compendium import claims
+
+    floor = claim.min_units.at_least
+    assert values["alive_prototypes"] < floor
+    status, _, _, reason = claims.evaluate(claim, values, "cpu")
+    assert status == claims.INCONCLUSIVE and "min-units" in reason
+    return claims.evaluate(claim, {**values, "alive_prototypes": floor}, "cpu")[0]
+
+
 def test_every_null_fails_the_concept_check(tokenizer):
     """Each null family in the role of the trained model, against the nulls (its own family's other
-    seeds included): the registered check says "does not hold" for every one. The model's coherence
+    seeds included): the registered check never says "holds" ("does not hold" when the whole interval of
+    the smallest margin lies at or below 0, "inconclusive" when it straddles 0). The model's coherence
     sits in its embeddings, not its prototypes: compared with untrained nulls only, the model with
     its prototypes re-drawn passes (what the earlier check did), so the re-drawn families are
     needed. The same check passes planted concepts (test_coherence_sees_planted_clusters)."""
@@ -421,12 +487,13 @@ def test_every_null_fails_the_concept_check(tokenizer):
                                null_entropy=[ents[f][i] for f, i in pool], null_families=[f for f, _ in pool],
                                min_count=2, n_boot=500)
         assert m.values["null_seeds"] == 3 and m.values["null_entropy_gap"] <= 0.05   # preconditions pass
-        return claims.evaluate(claim, m.values, "cpu")[0], m
+        return _judged_at_the_floor(claim, m.values), m
 
     for role in labels.NULL_FAMILIES:
         pool = [(f, i) for f in labels.NULL_FAMILIES for i in range(4) if (f, i) != (role, 0)]
         status, m = check(role, pool)
-        assert status == claims.DOES_NOT_HOLD, (role, m.values, m.tables["concept_null_families"])
+        assert status in (claims.DOES_NOT_HOLD, claims.INCONCLUSIVE), (role, m.values, m.tables["concept_null_families"])
+        assert m.values["coherence_margin_ci_low"] <= 0
         fams = m.tables["concept_null_families"]
         assert list(fams.family) == list(labels.NULL_FAMILIES) and (fams.ci_low < fams.margin).all()
     redrawn = labels.NULL_FAMILIES[1]
@@ -463,6 +530,7 @@ def test_dead_prototypes_leave_the_concept_check():
     assert a.values["coherence_trained"] == pytest.approx(np.nanmean(coh))
     assert d.values["coherence_trained"] == pytest.approx(np.nanmean(coh[0, 1:]))
     assert a.evidence["alive_trained"] == R and d.evidence["alive_trained"] == R - 1
+    assert a.values["alive_prototypes"] == R and d.values["alive_prototypes"] == R - 1   # min_units' count
 
 
 def test_prototype_table_labels_and_dead_floor(tokenizer, women):
@@ -647,6 +715,43 @@ def test_alive_controls_exclude_dead_prototypes():
     assert A.alive_controls(np.zeros((1, 4), bool), 0, 1, 8) == []
 
 
+def test_edit_margins_by_hand():
+    """Specificity: the women contexts and each checked set resampled on their own; controls: on the
+    women contexts' draw, shared by the edit and every control; unchecked sets play no part."""
+    from protot import ablation as A
+
+    rng = np.random.default_rng(0)
+    p0 = rng.uniform(0.05, 0.2, 12)
+    p1 = p0 * rng.uniform(0.5, 0.9, 12)                               # the edit: a drop of ~30%
+    q0, r0, g0 = rng.uniform(0.05, 0.2, 9), rng.uniform(0.05, 0.2, 7), rng.uniform(0.05, 0.2, 5)
+    q1, r1, g1 = q0 * rng.uniform(0.8, 1.1, 9), r0 * rng.uniform(0.85, 1.0, 7), g0 * 0.01
+    c1, c2 = p0 * rng.uniform(0.9, 1.05, 12), p0 * rng.uniform(0.7, 1.0, 12)
+    judged = {"probs": {"intact": p0, "edited": p1, "others": {"a": (q0, q1), "b": (r0, r1), "g": (g0, g1)},
+                        "controls": {3: c1, 5: c2}}}
+    m = A.edit_margins(judged, ["a", "b"], n_boot=300, seed=5)
+
+    def drop(x0, x1):
+        return 100 * (1 - x1.mean(-1) / x0.mean(-1))
+
+    assert m["specificity_margin"] == pytest.approx(drop(p0, p1) - max(drop(q0, q1), drop(r0, r1)), rel=1e-12)
+    assert m["control_margin"] == pytest.approx(drop(p0, p1) - max(drop(p0, c1), drop(p0, c2)), rel=1e-12)
+    g = np.random.default_rng(5)
+    i, ia, ib = (g.integers(0, n, size=(300, n)) for n in (12, 9, 7))
+    spec = drop(p0[i], p1[i]) - np.maximum(drop(q0[ia], q1[ia]), drop(r0[ib], r1[ib]))
+    want = np.quantile(spec, [0.025, 0.975])
+    assert (m["specificity_margin_ci_low"], m["specificity_margin_ci_high"]) == pytest.approx(tuple(want), rel=1e-12)
+    i = np.random.default_rng(5).integers(0, 12, size=(300, 12))
+    ctrl = drop(p0[i], p1[i]) - np.maximum(drop(p0[i], c1[i]), drop(p0[i], c2[i]))
+    want = np.quantile(ctrl, [0.025, 0.975])
+    assert (m["control_margin_ci_low"], m["control_margin_ci_high"]) == pytest.approx(tuple(want), rel=1e-12)
+    none = A.edit_margins({"probs": {**judged["probs"], "controls": {}}}, ["a"], n_boot=50)
+    assert np.isnan([none["control_margin"], none["control_margin_ci_low"], none["control_margin_ci_high"]]).all()
+    with pytest.raises(ValueError, match=r"checked context sets among \['a', 'b', 'g'\], got \['x'\]"):
+        A.edit_margins(judged, ["x"])
+    with pytest.raises(ValueError, match="checked context sets"):
+        A.edit_margins(judged, [])
+
+
 def test_measure_women_on_a_planted_model(tokenizer, women):
     """The whole women measurement on a tiny model with a planted female prototype (layer 0, P3) and
     two dead prototypes in the same layer: the label finds P3, the dead ones are never controls (of
@@ -654,6 +759,7 @@ def test_measure_women_on_a_planted_model(tokenizer, women):
     direct recomputation."""
     from compendium import claims
     from protot import ablation as A
+    from protot import women as W
 
     m = _model(tokenizer.vocab_size, conv_layers=0, seed=2, shared_keys=True)
     female_ids = [C.token_id(tokenizer, w) for w, _ in A.FEMALE_PAIRS]
@@ -686,7 +792,7 @@ def test_measure_women_on_a_planted_model(tokenizer, women):
               n_controls=None, reinit_seeds=(0,), ppl_blocks=6, ppl_context=16, effect_context=16, short=4,
               n_boot=200, seed=0)
     before = {n: p.detach().clone() for n, p in m.state_dict().items()}
-    a, p, s = A.measure_women(m, tokenizer, train, val, **kw)
+    a, p, s = W.measure_women(m, tokenizer, train, val, **kw)
     assert a.evidence["prototype"] == "L0 P3" and a.values["labelled_female"] is True
     dead = a.tables["dead_prototypes"]
     assert {(0, 5), (0, 6)} <= set(zip(dead.layer, dead.prototype)) and (0, 3) not in set(zip(dead.layer, dead.prototype))
@@ -723,6 +829,11 @@ def test_measure_women_on_a_planted_model(tokenizer, women):
     spec = a.tables["women_specificity"].set_index("word")
     checked = [" people", " children", "gender-free coordination"]
     assert a.values["specificity_margin"] == pytest.approx(a.values["drop_pct"] - spec.loc[checked, "drop_pct"].max())
+    for name in ("specificity_margin", "control_margin"):          # the margins' intervals (edit_margins)
+        assert a.values[f"{name}_ci_low"] <= a.values[name] <= a.values[f"{name}_ci_high"]
+    assert a.values["n_contexts"] == len(ctx) == s.values["n_contexts"]
+    assert (p.values["target_vs_controls"], p.values["target_vs_controls_ci_low"], p.values["target_vs_controls_ci_high"]) == \
+        (a.values["control_margin"], a.values["control_margin_ci_low"], a.values["control_margin_ci_high"])
     assert list(spec.loc[list(A.GENDER_CHECK_WORDS), "split"]) == ["train"] * 3
     # the causal scan scanned everything; its winner is the largest training drop
     scan = s.tables["women_selection_scan"]
@@ -742,7 +853,7 @@ def test_measure_women_on_a_planted_model(tokenizer, women):
 
 def test_women_settings_come_from_the_registered_protocol():
     from compendium import claims
-    from protot import ablation as A
+    from protot import women as A
 
     cpu = A.women_settings(claims.protocol("protot/women-prototype-ablation", "cpu"), seed=3)
     assert cpu["reinit_seeds"] == (3,) and cpu["n_controls"] == 8 and "model" not in cpu and "word" not in cpu

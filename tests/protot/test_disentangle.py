@@ -167,3 +167,31 @@ def test_the_margin_interval_resamples_each_kind_on_its_own():
     assert D.margin_interval(tiny, "p", ["h"], n_boot=300, seed=5) == (np.quantile(p - h, 0.025), np.quantile(p - h, 0.975))
     with pytest.raises(ValueError, match="no scored units of kind 'x'"):
         D.margin_interval(per_unit, "p", ["x"])
+
+
+def test_measure_reads_the_table_and_counts_the_scored_prototypes():
+    import numpy as np
+    import pandas as pd
+
+    from compendium import claims
+    from protot import disentangle as D
+
+    table = pd.DataFrame({"kind": ["p", "h", "s", "p0", "h0", "s0"], "units": [10, 4, 12, 10, 4, 12],
+                          "scored": [8, 4, 11, 9, 4, 12],
+                          "disentanglement": [0.5, 0.2, 0.4, 0.3, 0.1, 0.35],
+                          "coverage_at_4": [0.6, 0.1, 0.5, 0.4, 0.0, 0.45]})
+    rng = np.random.default_rng(0)
+    per_unit = pd.DataFrame({"kind": ["p"] * 8 + ["h"] * 4 + ["s"] * 11,
+                             "disentanglement": np.r_[rng.normal(0.5, 0.05, 8), rng.normal(0.2, 0.05, 4),
+                                                      rng.normal(0.4, 0.05, 11)]})
+    m = D.measure(table, prototypes="p", heads="h", sae="s", nulls={"p": "p0", "h": "h0", "s": "s0"},
+                  sae_explained_variance=0.8, n_classes=150, per_unit=per_unit, seed=2)
+    v = m.values
+    assert v["disentanglement_margin"] == pytest.approx(0.5 - 0.4) and v["coverage_margin"] == pytest.approx(0.6 - 0.5)
+    assert v["null_gap_min"] == pytest.approx(0.05) and v["n_prototypes_scored"] == 8 and v["n_classes"] == 150
+    assert (v["disentanglement_margin_ci_low"], v["disentanglement_margin_ci_high"]) == \
+        D.margin_interval(per_unit, "p", ["h", "s"], seed=2)
+    claim = claims.get_claim(m.claim)
+    status, _, _, reason = claims.evaluate(claim, v, "cpu")            # 8 scored prototypes: below the floor
+    assert status == claims.INCONCLUSIVE and "min-units" in reason
+    assert claims.evaluate(claim, {**v, "n_prototypes_scored": claim.min_units.at_least}, "cpu")[0] == claims.HOLDS

@@ -65,22 +65,81 @@ def test_linear_cost():
         bench.cost_slopes(cost.drop(columns=["saved_bytes"]), {})
 
 
-def test_decode_constant():
+def _decode_rounds():
+    """Three timed rounds at three contexts; per round ProtoT's 8192 / 256 ratios are 1.2, 0.75, 1.0 and
+    LLaMA's 8, 2, 4 (1024 lies between and never enters a ratio)."""
+    rows = []
+    for arch, short, mid, long in (("protot", [0.010, 0.020, 0.010], [0.5, 0.5, 0.5], [0.012, 0.015, 0.010]),
+                                   ("llama", [0.010, 0.020, 0.010], [0.5, 0.5, 0.5], [0.080, 0.040, 0.040])):
+        for ctx, times in ((256, short), (1024, mid), (8192, long)):
+            rows += [dict(arch=arch, context=ctx, round=r + 1, sec_per_token=s) for r, s in enumerate(times)]
+    return pd.DataFrame(rows)
+
+
+def test_decode_constant_is_the_geometric_mean_of_per_round_ratios_by_hand():
     from protot import bench
 
-    decode = pd.DataFrame(dict(arch=["protot"] * 3 + ["llama"] * 3, context=[256, 1024, 8192] * 2,
-                               sec_per_token=[0.010, 0.011, 0.012, 0.010, 0.020, 0.080]))
-    m = bench.measure_decode_constant(decode.sample(frac=1, random_state=0), config=dict(rounds=2))
-    assert m.values == {"protot_time_ratio": pytest.approx(1.2), "llama_time_ratio": pytest.approx(8.0)}
-    assert m.evidence["ms_per_token"]["llama"][1024] == 20.0
-    assert "at 8192 over 256 tokens" in m.note and "ProtoT 1.20x, LLaMA 8.00x" in m.note
+    decode = _decode_rounds()
+    ratios = bench.round_ratios(decode.sample(frac=1, random_state=0))
+    assert ratios["protot"].tolist() == pytest.approx([1.2, 0.75, 1.0], rel=1e-12)
+    assert ratios["llama"].tolist() == pytest.approx([8.0, 2.0, 4.0], rel=1e-12)
+    m = bench.measure_decode_constant(decode.sample(frac=1, random_state=1), config=dict(rounds=3), n_boot=400, seed=2)
+    assert m.values["protot_time_ratio"] == pytest.approx(0.9 ** (1 / 3), rel=1e-12)   # (1.2 x 0.75 x 1.0)^(1/3)
+    assert m.values["llama_time_ratio"] == pytest.approx(4.0, rel=1e-12)               # (8 x 2 x 4)^(1/3)
+    assert m.values["n_rounds"] == 3
+    # the interval: rounds resampled, the mean of the log ratios, exponentiated
+    logs = np.log([1.2, 0.75, 1.0])
+    means = logs[np.random.default_rng(2).integers(0, 3, size=(400, 3))].mean(1)
+    want = np.exp(np.quantile(means, [0.025, 0.975]))
+    assert (m.values["protot_time_ratio_ci_low"], m.values["protot_time_ratio_ci_high"]) == pytest.approx(tuple(want), rel=1e-12)
+    assert m.values["protot_time_ratio_ci_low"] < m.values["protot_time_ratio"] < m.values["protot_time_ratio_ci_high"]
+    # twelve rounds (with three, both ends are the extreme ratios for most seeds): the seed is the one given
+    r = np.random.default_rng(9).uniform(0.8, 1.3, size=12)
+    many = pd.DataFrame([dict(arch=a, context=c, round=i, sec_per_token=0.01 * (x if c == 8192 and a == "protot" else 1.0)
+                              * (3.0 if c == 8192 and a == "llama" else 1.0))
+                         for a in ("protot", "llama") for c in (256, 8192) for i, x in enumerate(r)])
+    v = bench.measure_decode_constant(many, n_boot=500, seed=7).values
+    want = np.exp(np.quantile(np.log(r)[np.random.default_rng(7).integers(0, 12, size=(500, 12))].mean(1), [0.025, 0.975]))
+    assert (v["protot_time_ratio_ci_low"], v["protot_time_ratio_ci_high"]) == pytest.approx(tuple(want), rel=1e-12)
+    assert v["n_rounds"] == 12 and v["llama_time_ratio"] == pytest.approx(3.0)
+    assert m.evidence["median_ms_per_token"]["llama"][8192] == pytest.approx(40.0)
+    assert m.config == dict(rounds=3, n_boot=400, seed=2)
+    assert "8192 over 256" in m.note and "3 rounds" in m.note and "ProtoT 0.965x" in m.note and "LLaMA 4.000x" in m.note
     fits_ledger(m)
-    with pytest.raises(ValueError, match="two or more contexts"):
-        bench.decode_ratios(decode[decode.context == 256])
-    with pytest.raises(ValueError, match="two or more contexts"):  # llama missing at one context
-        bench.decode_ratios(decode.iloc[:-1])
+    claim = claims.get_claim("protot/decode-constant-time")
+    assert claim.check.conditions[0].interval == ("protot_time_ratio_ci_low", "protot_time_ratio_ci_high")
+
+
+def test_decode_constant_refuses_tables_it_cannot_pair():
+    from protot import bench
+
+    decode = _decode_rounds()
+    with pytest.raises(ValueError, match="protot must be timed at two or more contexts in every round"):
+        bench.round_ratios(decode[(decode.context == 256) | (decode.arch == "llama")])
+    with pytest.raises(ValueError, match="llama must be timed at two or more contexts in every round"):
+        bench.round_ratios(decode.iloc[:-1])                   # llama's last round lacks 8192
+    with pytest.raises(ValueError, match="more than one time"):
+        bench.round_ratios(pd.concat([decode, decode.iloc[:1]]))
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['round'\]"):
+        bench.round_ratios(decode.drop(columns=["round"]))
     with pytest.raises(ValueError, match="llama"):
         bench.measure_decode_constant(decode[decode.arch == "protot"])
+
+
+def test_decode_times_per_round_and_the_best_round(monkeypatch):
+    import torch
+
+    from protot import bench
+    from protot.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model("protot", "tiny", 64)
+    got = bench.decode_round_times(model, [8, 16], 64, rounds=3, tokens_per_round=2)
+    assert list(got) == [8, 16] and all(len(v) == 3 and min(v) > 0 for v in got.values())
+    with pytest.raises(ValueError, match="at least one timed round"):
+        bench.decode_round_times(model, [8], 64, rounds=0)
+    monkeypatch.setattr(bench, "decode_round_times", lambda *a, **k: {8: [0.3, 0.1, 0.2], 16: [0.5, 0.6, 0.4]})
+    assert bench.decode_times(model, [8, 16], 64, rounds=3) == {8: 0.1, 16: 0.4}
 
 
 # ----------------------------------------------------------------------------- 02_training
@@ -196,6 +255,27 @@ def test_ppl_ranking_from_a_committed_pair():
         evaluate.measure_ppl_ranking(_ppl_table(), 600.0, "", pair={"a": _manifest("llama"), "b": _manifest("llama")})
 
 
+def test_training_protocol_is_the_notebooks_earlier_settings():
+    """protot/02's registered protocol gives the recipe the notebook used before it was registered (cpu: the
+    smoke training profile shrunk to 80 steps of 8 x 64 tokens; paper: the paper-large profile), for every
+    claim of the notebook, and a smaller smoke recipe."""
+    from protot.train import config, sweep
+
+    keys = ["protot/ppl-protot-large", "protot/ppl-llama-large", "protot/ppl-deltanet-large", "protot/ppl-ranking"]
+    for profile in ("cpu", "paper", "smoke"):
+        assert len({str(claims.protocol(k, profile)) for k in keys}) == 1, profile       # one shared block
+    cpu, paper, smoke = (claims.protocol(keys[0], p) for p in ("cpu", "paper", "smoke"))
+    assert sweep.grid_config(cpu, seed=3) == config.profile(
+        "smoke", size="tiny", context=64, batch_size=8, tokens=80 * 8 * 64, warmup_steps=10, eval_every=40,
+        eval_blocks=32, ckpt_every=80, seed=3)
+    assert sweep.grid_config(paper, seed=3) == config.profile("paper-large", seed=3)
+    assert (cpu["eval_blocks"], paper["eval_blocks"], cpu["gen_tokens"], paper["gen_tokens"]) == (64, "all", 24, 60)
+    assert cpu["archs"] == paper["archs"] == ["protot", "llama", "deltanet", "mamba"]
+    assert cpu["models"] == paper["models"] == ["protot-cpu-small", "llama-cpu-small"]
+    small = sweep.grid_config(smoke, seed=0)
+    assert small.tokens < sweep.grid_config(cpu, seed=0).tokens and small.context == 64 and smoke["eval_blocks"] < 64
+
+
 # ----------------------------------------------------------------------------- 03_scaling
 def test_scaling_trend():
     from protot.train import sweep
@@ -211,8 +291,15 @@ def test_scaling_trend():
     assert m.values["protot_exponent_tokens"] == pytest.approx(-0.3, abs=1e-9)
     assert m.values["min_fit_r2"] == pytest.approx(1.0, abs=1e-9)
     assert m.values["max_baseline_exponent"] == pytest.approx(-0.15, abs=1e-9)
+    assert m.values["min_fit_points"] == 3
     assert "at 400,000 tokens" in m.note and "2 sizes ['s1', 's2']" in m.note
     fits_ledger(m)
+    # a power law through two points fits them exactly (r2 = 1): min_units asks for three
+    two = fits | {"mamba": {"params": sweep.fit_power_law(x_p[:2], [5.0, 3.0]), "tokens": fits["mamba"]["tokens"]}}
+    v = sweep.measure_scaling_trend(two, None, None, ["llama", "mamba"], [1], [], "paper").values
+    assert v["min_fit_points"] == 2 and two["mamba"]["params"]["r2"] == pytest.approx(1.0)
+    status, _, _, reason = claims.evaluate(claims.get_claim("protot/scaling-trend"), v, "paper")
+    assert status == claims.INCONCLUSIVE and "min-units" in reason
     with pytest.raises(ValueError, match="mamba"):
         sweep.measure_scaling_trend({k: fits[k] for k in ("protot", "llama")}, None, None, ["llama", "mamba"],
                                     [1], [], "cpu")

@@ -283,6 +283,39 @@ def test_planted_order_holds():
     assert claims.evaluate(claims.get_claim(CLAIM), v, "cpu")[0] == claims.HOLDS
 
 
+def test_min_order_agreement_by_hand():
+    """The smallest Spearman over the models and its interval: pairs resampled within each type, the same
+    draw for every model, the smallest correlation of each resample; with one model, order_agreement's."""
+    paper = _paper_js()
+    planted = _planted()
+    planted["LLaMA"] = {**planted["LLaMA"], "typo": planted["LLaMA"]["spelling"]}     # LLaMA's order less clear
+    pairs, scores = _synthetic(planted, n=30, noise=0.8)
+    rho, lo, hi = rb.min_order_agreement(pairs, scores, paper, n_boot=300, seed=4)
+    o = {m: rb.order_agreement(pairs, scores[m], paper[m], n_boot=300, seed=4) for m in scores}
+    assert rho == min(x["rho"] for x in o.values())
+    rng = np.random.default_rng(4)
+    boot = {m: np.empty((300, 7)) for m in scores}
+    for j, typ in enumerate(rb.PRESERVING):                      # one draw per type, shared by the models
+        x = {m: scores[m].loc[pairs.edit_type == typ, "js"].to_numpy() for m in scores}
+        idx = rng.integers(0, len(x["ProtoT"]), size=(300, len(x["ProtoT"])))
+        for m in scores:
+            boot[m][:, j] = x[m][idx].mean(1)
+
+    def spearman_rows(a, b):
+        ra = a.argsort(1).argsort(1) - 3.0                       # ranks (no ties) minus their mean
+        rb_ = b.argsort().argsort() - 3.0
+        return (ra * rb_).sum(1) / 28.0                          # sum of squared centred ranks of 7 items
+    smallest = np.minimum(*(spearman_rows(boot[m], np.array([paper[m][t] for t in rb.PRESERVING])) for m in scores))
+    assert (lo, hi) == pytest.approx(tuple(np.quantile(smallest, [0.025, 0.975])), rel=1e-12)
+    assert lo <= min(x["rho_ci_lo"] for x in o.values())         # the minimum of two spreads reaches no higher
+    one = rb.min_order_agreement(pairs, {"ProtoT": scores["ProtoT"]}, paper, n_boot=300, seed=4)
+    assert one == pytest.approx((o["ProtoT"]["rho"], o["ProtoT"]["rho_ci_lo"], o["ProtoT"]["rho_ci_hi"]), rel=1e-12)
+    v = rb.measure_robustness(pairs, scores, paper, n_boot=300, seed=4).values
+    assert (v["min_order_rho"], v["min_order_rho_ci_low"], v["min_order_rho_ci_high"]) == (rho, lo, hi)
+    with pytest.raises(ValueError, match="at least one model"):
+        rb.min_order_agreement(pairs, {}, paper)
+
+
 def test_reversed_order_and_directions_do_not_hold():
     paper = _paper_js()
     planted = _planted()
@@ -343,10 +376,10 @@ def test_control_separation_and_preconditions():
     v = rb.measure_robustness(pairs, scores, paper, n_boot=300).values
     status, _, _, reason = claims.evaluate(claims.get_claim(CLAIM), v, "cpu")
     assert status == claims.INCONCLUSIVE and "control-separates" in reason
-    pairs, scores = _synthetic(_planted(), n=150)
+    pairs, scores = _synthetic(_planted(), n=80)
     v = rb.measure_robustness(pairs, scores, paper, n_boot=300).values
     status, _, _, reason = claims.evaluate(claims.get_claim(CLAIM), v, "cpu")
-    assert v["min_pairs_per_type"] == 150 and status == claims.INCONCLUSIVE and "enough-pairs" in reason
+    assert v["min_pairs_per_type"] == 80 and status == claims.INCONCLUSIVE and "min-units" in reason
 
 
 def test_measure_robustness_errors():

@@ -6,7 +6,8 @@ values are never compared; orders are:
 - :func:`order_agreement`: for one model, the Spearman correlation (and Kendall's tau) between our
   mean JS per meaning-preserving type and theirs, a percentile bootstrap interval of it (pairs
   resampled within each type) and the exact permutation p-value (the share of all orderings of the
-  types that agree with theirs at least as well);
+  types that agree with theirs at least as well); :func:`min_order_agreement`: the smallest of these
+  correlations over the models, with its own interval (the same pairs drawn for every model);
 - :func:`direction_comparison`: per type, whether ProtoT's mean JS lies above or below LLaMA's,
   ours decided by a paired bootstrap interval over the pairs, theirs by the sign of the
   difference (a tie when it is below ``tie_rel`` of the two values' mean);
@@ -24,7 +25,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from compendium.stats import bootstrap_mean_ci, paired_bootstrap_ci
+from compendium.stats import bootstrap_groups_ci, bootstrap_mean_ci, paired_bootstrap_ci
 from protot.robustness.rules import CHANGING, PRESERVING
 
 #: the authors' model names -> ours
@@ -134,6 +135,31 @@ def order_agreement(pairs: pd.DataFrame, scores: pd.DataFrame, theirs: Mapping[s
             "theirs": dict(zip(types, ref.tolist()))}
 
 
+def min_order_agreement(pairs: pd.DataFrame, scores: Mapping[str, pd.DataFrame], theirs: Mapping[str, Mapping[str, float]],
+                        *, col: str = "js", types: Sequence[str] = PRESERVING, n_boot: int = 2000, seed: int = 0,
+                        level: float = 0.95) -> tuple[float, float, float]:
+    """(rho, low, high): the smallest over the models of ``scores`` of the Spearman correlation between
+    our mean ``col`` per type and the authors' (``theirs[model]``: type -> value), and its percentile
+    bootstrap interval: pairs resampled within each type, the same pairs for every model (the models
+    score the same pairs), the smallest correlation taken in each resample
+    (:func:`compendium.stats.bootstrap_groups_ci`). With one model its interval is
+    :func:`order_agreement`'s."""
+    models = list(scores)
+    if not models:
+        raise ValueError("min_order_agreement needs at least one model's scores")
+    refs = [np.array([float(theirs[m][t]) for t in types]) for m in models]
+    point = min(float(_rank_rho(type_means(pairs, scores[m], col, types).to_numpy()[None], r)[0])
+                for m, r in zip(models, refs))
+
+    def smallest(*per_type):          # per type: one (n_boot, n_type) array per model
+        return np.min([_rank_rho(np.stack([g[i].mean(1) for g in per_type], axis=1), r)
+                       for i, r in enumerate(refs)], axis=0)
+
+    groups = [tuple(_values(pairs, scores[m], col, t) for m in models) for t in types]
+    lo, hi = bootstrap_groups_ci(smallest, *groups, n_boot=n_boot, seed=seed, level=level)
+    return point, lo, hi
+
+
 def direction_comparison(pairs: pd.DataFrame, a: pd.DataFrame, b: pd.DataFrame, theirs_a: Mapping[str, float],
                          theirs_b: Mapping[str, float], *, col: str = "js", types: Sequence[str] = PRESERVING,
                          tie_rel: float = 0.01, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
@@ -183,8 +209,9 @@ def measure_robustness(pairs: pd.DataFrame, scores: Mapping[str, pd.DataFrame], 
     ``scores``: model label -> :func:`protot.robustness.scoring.score_pairs` result on ``pairs``;
     ``paper_js``: model label -> {type: the authors' JS} (claims.yaml). Values (the claim's check):
 
-    - min_order_rho_ci_low / max_order_perm_p: over the measured models, the lowest bootstrap lower
-      end and the largest permutation p-value of the order agreement of the seven types by JS;
+    - min_order_rho with min_order_rho_ci_low / _ci_high: over the measured models, the smallest
+      order agreement (Spearman) of the seven types by JS and its interval (:func:`min_order_agreement`);
+      max_order_perm_p: the largest permutation p-value of those agreements;
     - direction_matches / direction_mismatches: types where ProtoT-vs-LLaMA lies on the authors'
       side / the opposite side (:func:`direction_comparison`);
     - control_separates (every model, :func:`control_separation`) and min_pairs_per_type.
@@ -204,7 +231,8 @@ def measure_robustness(pairs: pd.DataFrame, scores: Mapping[str, pd.DataFrame], 
     sep = {n: control_separation(pairs, s, n_boot=n_boot, seed=seed) for n, s in scores.items()}
     dirs = direction_comparison(pairs, scores[protot], scores[llama], paper_js[protot], paper_js[llama],
                                 tie_rel=tie_rel, n_boot=n_boot, seed=seed)
-    values = {"min_order_rho_ci_low": min(o["rho_ci_lo"] for o in order.values()),
+    rho, rho_lo, rho_hi = min_order_agreement(pairs, scores, paper_js, n_boot=n_boot, seed=seed)
+    values = {"min_order_rho": rho, "min_order_rho_ci_low": rho_lo, "min_order_rho_ci_high": rho_hi,
               "max_order_perm_p": max(o["perm_p"] for o in order.values()),
               "direction_matches": int((dirs["agree"] == True).sum()),  # noqa: E712  (None is neither)
               "direction_mismatches": int((dirs["agree"] == False).sum()),  # noqa: E712

@@ -110,14 +110,15 @@ def smooth(y: np.ndarray, window: int = 10) -> np.ndarray:
 
 
 def fit_power_law(x, y) -> dict:
-    """Least-squares fit of log y = log c + a log x; returns {"exponent": a, "coef": c, "r2"}."""
+    """Least-squares fit of log y = log c + a log x; returns {"exponent": a, "coef": c, "r2", "n": the points fitted}."""
     lx, ly = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
     if len(lx) < 2 or np.ptp(lx) == 0:
         raise ValueError("a power-law fit needs at least two distinct x values")
     a, b = np.polyfit(lx, ly, 1)
     resid = ly - (a * lx + b)
     ss = float(((ly - ly.mean()) ** 2).sum())
-    return {"exponent": float(a), "coef": float(math.exp(b)), "r2": 1.0 - float((resid ** 2).sum()) / ss if ss else 1.0}
+    return {"exponent": float(a), "coef": float(math.exp(b)), "r2": 1.0 - float((resid ** 2).sum()) / ss if ss else 1.0,
+            "n": int(len(lx))}
 
 
 def load_run(out: str | Path, device: str = "cpu"):
@@ -142,7 +143,8 @@ def measure_scaling_trend(fits: dict[str, dict], grid, fit_table, baselines, dat
     ``fits``: {arch: {"params": fit, "tokens": fit}} of :func:`fit_power_law` (perplexity against
     non-embedding parameters at the full budget ``data_tokens[-1]``, and against tokens at the largest
     size), including "protot" and every arch of ``baselines``; ``grid`` and ``fit_table`` are the
-    figures' tables. Preconditions read ``min_fit_r2`` and ``max_baseline_exponent``.
+    figures' tables. Preconditions read ``min_fit_r2`` and ``max_baseline_exponent``; min_units reads
+    ``min_fit_points`` (the fewest points a power law was fitted to).
     """
     from compendium.claims import Measurement
 
@@ -162,6 +164,7 @@ def measure_scaling_trend(fits: dict[str, dict], grid, fit_table, baselines, dat
                 "params_exponent_ratio": p["vs_params"] / baseline_mean["vs_params"],
                 "protot_exponent_tokens": p["vs_tokens"], "protot_exponent_params": p["vs_params"],
                 "min_fit_r2": min(f[k]["r2"] for f in fits.values() for k in f),
+                "min_fit_points": min(f[k]["n"] for f in fits.values() for k in f),
                 "max_baseline_exponent": max(exponents[a][k] for a in baselines for k in ("vs_params", "vs_tokens"))},
         evidence={"exponents": exponents, "baseline_mean": baseline_mean,
                   "r2": {a: {k: f[k]["r2"] for k in f} for a, f in fits.items()}},
@@ -191,14 +194,15 @@ def parse_size(spec: str) -> tuple[str, dict]:
 
 
 def grid_config(protocol: dict, seed: int) -> TrainConfig:
-    """The sweep's base training config from its protocol: the training profile ``train_profile``
-    with every ``train_<field>`` entry replacing that field (e.g. ``train_context: 64``)."""
+    """A training config from a claim's protocol (the scaling sweep's base, notebook 02's recipe): the
+    training profile ``train_profile`` with every ``train_<field>`` entry replacing that field (e.g.
+    ``train_context: 64``)."""
     from protot.train.config import profile
 
     fields = {k[len("train_"):]: v for k, v in protocol.items() if k.startswith("train_") and k != "train_profile"}
     if "train_profile" not in protocol:
-        raise ValueError("the scaling protocol names no train_profile")
+        raise ValueError("the protocol names no train_profile")
     try:
         return profile(protocol["train_profile"], **fields, seed=seed)
     except TypeError as exc:
-        raise ValueError(f"the scaling protocol sets a field TrainConfig does not have: {exc}") from None
+        raise ValueError(f"the protocol sets a field TrainConfig does not have: {exc}") from None
