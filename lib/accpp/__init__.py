@@ -29,7 +29,8 @@ Public API (import the modules; nothing runs at import time):
 - ``accpp.multilingual``: our IOI templates for en/es/fr/pt, position-free component/signal sets,
   Jaccard distances between languages, average linkage.
 - ``accpp.greater_than``: Greater-Than prompts (years as digits or two-digit tokens), the exact
-  end-year distribution, tracing targets, year heads, seed shares, head knock-outs.
+  end-year distribution, tracing targets, year heads, seed shares, head knock-outs;
+  ``accpp.greater_than_claim``: its claim's measurement (seed shares, knock-out p, their intervals).
 - ``accpp.interventions``: remove a traced signal (or a random same-rank subspace) at one head's
   query or key input inside the real forward pass; metric, attention and residual-cosine effects.
 - ``accpp.clustering``: Jaccard distance matrices of circuits, average linkage (scipy), ARI / NMI

@@ -212,13 +212,18 @@ def permanova(D, factors: dict, covariates: dict | None = None, interaction: boo
         F = (SS_term / df_term) / (SS_res / df_res).
 
     p-values: Freedman-Lane permutation of the residuals of the reduced model (the model without the
-    term), ``n_perm`` seeded permutations, p = (1 + #{F* >= F}) / (n_perm + 1). In distance form the
+    term), ``n_perm`` seeded permutations, p = (1 + n_extreme) / (n_perm + 1) with n_extreme = #{F* >= F}
+    (:func:`compendium.stats.permutation_p`; n_extreme is kept for the p's Monte-Carlo interval). In distance form the
     permuted data are G* = M G M' with M = H_r + P (I - H_r) (H_r: hat matrix of the reduced model,
     P: the permutation), so no embedding of the distances is needed and non-Euclidean distances are
     handled as they are.
 
-    Returns a DataFrame indexed by term (then "Residual", "Total") with df, SS, R2 (SS / SS_total), F, p.
+    Returns a DataFrame indexed by term (then "Residual", "Total") with df, SS, R2 (SS / SS_total), F, p,
+    n_extreme (NaN where nothing is tested: no permutations, a term without degrees of freedom, the
+    residual and total rows).
     """
+    from compendium.stats import permutation_p
+
     G = gower_centred(D)
     n = len(G)
     if not 1 <= len(factors) <= 2:
@@ -260,7 +265,7 @@ def permanova(D, factors: dict, covariates: dict | None = None, interaction: boo
         Qa = _basis(design(reduced + [t]))
         df_t = Qa.shape[1] - Qr.shape[1]
         if df_t <= 0:
-            rows[t] = dict(df=0, SS=0.0, R2=0.0, F=float("nan"), p=float("nan"))
+            rows[t] = dict(df=0, SS=0.0, R2=0.0, F=float("nan"), p=float("nan"), n_extreme=float("nan"))
             continue
         Hr = Qr @ Qr.T
         E = np.eye(n) - Hr
@@ -282,12 +287,14 @@ def permanova(D, factors: dict, covariates: dict | None = None, interaction: boo
 
         F, ss_t, ss_r = stat(np.arange(n))
         null = np.array([stat(p)[0] for p in perms])
-        pval = (1 + int((null >= F - 1e-12 * abs(F)).sum())) / (n_perm + 1) if n_perm else float("nan")
-        rows[t] = dict(df=df_t, SS=ss_t, R2=ss_t / ss_total if ss_total > 0 else float("nan"), F=F, p=pval)
+        n_extreme = int((null >= F - 1e-12 * abs(F)).sum()) if n_perm else float("nan")
+        pval = permutation_p(n_extreme, n_perm) if n_perm else float("nan")
+        rows[t] = dict(df=df_t, SS=ss_t, R2=ss_t / ss_total if ss_total > 0 else float("nan"), F=F, p=pval,
+                       n_extreme=n_extreme)
     ss_res = ss_total - float(np.einsum("ij,ij->", Qc, G @ Qc))
     rows["Residual"] = dict(df=df_res, SS=ss_res, R2=ss_res / ss_total if ss_total > 0 else float("nan"),
-                            F=float("nan"), p=float("nan"))
-    rows["Total"] = dict(df=n - 1, SS=ss_total, R2=1.0, F=float("nan"), p=float("nan"))
+                            F=float("nan"), p=float("nan"), n_extreme=float("nan"))
+    rows["Total"] = dict(df=n - 1, SS=ss_total, R2=1.0, F=float("nan"), p=float("nan"), n_extreme=float("nan"))
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
@@ -371,9 +378,12 @@ def measure_template_clusters(align: pd.DataFrame, perm: dict[str, pd.DataFrame]
     "components" level and the "template" and "order" labellings; ``perm``: :func:`permanova` tables per
     level (terms template, order, template x order, size); ``cells``: the mean distances by cell (the
     figure's table); ``n_traced`` of ``n_planned`` prompts were traced. The labelling with the larger
-    ARI on the component level (template on a tie) is the one the values read.
+    ARI on the component level (template on a tie) is the one the values read. The template term's p
+    carries its Monte-Carlo 95% interval: Clopper-Pearson of its ``n_extreme`` over ``n_perm``
+    (:func:`compendium.stats.permutation_p_interval`), so the table must hold ``n_extreme``.
     """
     from compendium.claims import Measurement
+    from compendium.stats import permutation_p, permutation_p_interval
 
     who = "measure_template_clusters"
     if "components" not in perm:
@@ -388,6 +398,13 @@ def measure_template_clusters(align: pd.DataFrame, perm: dict[str, pd.DataFrame]
     missing = [t for t in ("template", "order", "template x order", "size") if t not in pc.index]
     if missing:
         raise ValueError(f"{who}: the component PERMANOVA lacks term(s) {missing}")
+    if "n_extreme" not in pc or not np.isfinite(pc.loc["template", "n_extreme"]):
+        raise ValueError(f"{who}: the component PERMANOVA has no permutation count (n_extreme) for its template term")
+    n_extreme = int(pc.loc["template", "n_extreme"])
+    if permutation_p(n_extreme, n_perm) != pc.loc["template", "p"]:
+        raise ValueError(f"{who}: the template term's p {pc.loc['template', 'p']} is not (1 + {n_extreme}) / "
+                         f"({n_perm} + 1): the table was computed with another number of permutations")
+    p_lo, p_hi = permutation_p_interval(n_extreme, n_perm)
     if not 0 < n_traced <= n_planned:
         raise ValueError(f"{who}: {n_traced} traced of {n_planned} planned prompts")
     best = "template" if a.loc["template", "ari"] >= a.loc["order", "ari"] else "order"
@@ -398,6 +415,7 @@ def measure_template_clusters(align: pd.DataFrame, perm: dict[str, pd.DataFrame]
                     gap_best=float(a.loc[best, "gap"]), p_gap_best=float(a.loc[best, "p_gap"]), n_perm=n_perm,
                     traced_fraction=n_traced / n_planned,
                     permanova_template_F=float(pc.loc["template", "F"]), permanova_template_p=float(pc.loc["template", "p"]),
+                    permanova_template_p_ci_low=p_lo, permanova_template_p_ci_high=p_hi,
                     permanova_template_R2=float(pc.loc["template", "R2"]),
                     permanova_order_F=float(pc.loc["order", "F"]), permanova_order_p=float(pc.loc["order", "p"]),
                     permanova_order_R2=float(pc.loc["order", "R2"]),
@@ -410,7 +428,8 @@ def measure_template_clusters(align: pd.DataFrame, perm: dict[str, pd.DataFrame]
         tables={"05_ioi_alignment": align.reset_index(), "05_ioi_permanova": perm_table, "05_ioi_cells": cells},
         config=dict(config or {}), unit="p-value of PERMANOVA's template term (component Jaccard distances)",
         note=(f"{(config or {}).get('model', 'the model')}, {n_traced} prompts; PERMANOVA on component Jaccard "
-              f"distances: template R2 {pc.loc['template', 'R2']:.3f} (p={pc.loc['template', 'p']:.3f}), order R2 "
+              f"distances: template R2 {pc.loc['template', 'R2']:.3f} (p={pc.loc['template', 'p']:.3f}, Monte-Carlo "
+              f"interval {p_lo:.4f}-{p_hi:.4f}), order R2 "
               f"{pc.loc['order', 'R2']:.3f} (p={pc.loc['order', 'p']:.3f}), interaction "
               f"p={pc.loc['template x order', 'p']:.3f}, size p={pc.loc['size', 'p']:.3f}; the k-cut follows {best} "
               f"(ARI {a.loc[best, 'ari']:.3f})"))

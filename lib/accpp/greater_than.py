@@ -17,6 +17,9 @@ the tens digit of the start year given ("... to the year 173" after "1732"), cor
 above YY's, wrong = the others. :meth:`accpp.trace.Tracer.trace` then traces the mean logit of the
 correct set minus that of the wrong set. Only prompts whose YY has a units digit of 0..8 have a
 non-empty correct set at the units position; :func:`gt_prompts` draws those.
+
+The claim's measurement from these pieces (seed shares, knock-out table, intervals) is in
+:mod:`accpp.greater_than_claim`.
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ __all__ = ["YearTokenization", "GTPrompt", "year_mode", "digit_ids", "pair_ids",
            "year_distribution", "prob_diff", "mean_by_offset", "units_prob_diff", "trace_target", "trace_gt", "year_heads",
            "seed_shares", "attention_to_year", "heads_ablated_at_last_position",
            "units_prob_diff_ablated", "units_prob_diff_knockouts", "split_half", "head_dla", "top_heads",
-           "parse_head", "knockout_comparison", "mlp_seed_shares", "knockout_table", "measure_greater_than_circuit"]
+           "parse_head", "knockout_comparison"]
 
 CENTURIES = tuple(range(11, 18))  # 1100s ... 1700s, as in Hanna et al.
 YY_RANGE = (2, 98)  # start years XX02 ... XX98
@@ -478,9 +481,12 @@ def knockout_comparison(tracer: Tracer, prompts: list[GTPrompt], named: dict[str
     heads outside it, seeded) at the answer position of ``prompts``; drop = mean over prompts of the
     units prob_diff before minus after.
 
-    Returns {"base": mean prob_diff, "methods": {name: {k, drop, p, random_drops}}} with
-    p = (1 + #{random drops >= drop}) / (n_random + 1); a name with an empty head set gets drop 0, p 1.
+    Returns {"base": mean prob_diff, "methods": {name: {k, drop, p, n_extreme, random_drops}}} with
+    n_extreme = #{random drops >= drop} and p = (1 + n_extreme) / (n_random + 1)
+    (:func:`compendium.stats.permutation_p`); a name with an empty head set gets drop 0, p 1, n_extreme 0.
     """
+    from compendium.stats import permutation_p
+
     arch = tracer.arch
     every = [(l, h) for l in range(arch.n_layers) for h in range(arch.n_heads)]
     rng = random.Random(seed)
@@ -498,81 +504,11 @@ def knockout_comparison(tracer: Tracer, prompts: list[GTPrompt], named: dict[str
     for name, (a, b) in spans.items():
         k = len(sets[a])
         if k == 0:
-            out["methods"][name] = dict(k=0, drop=0.0, p=1.0, random_drops=[])
+            out["methods"][name] = dict(k=0, drop=0.0, p=1.0, n_extreme=0, random_drops=[])
             continue
         drop = float((base - knocked[a]).mean())
         rand = (base[None] - knocked[a + 1:b]).mean(1)
-        p = (1 + int((rand >= drop).sum())) / (n_random + 1)
-        out["methods"][name] = dict(k=k, drop=drop, p=p, random_drops=rand.tolist())
+        n_extreme = int((rand >= drop).sum())
+        out["methods"][name] = dict(k=k, drop=drop, p=permutation_p(n_extreme, n_random), n_extreme=n_extreme,
+                                    random_drops=rand.tolist())
     return out
-
-
-def mlp_seed_shares(seeds, late_from: int) -> tuple[float, float]:
-    """(MLP share of the positive seed attribution, share of the MLPs' that layers >= ``late_from`` carry).
-
-    ``seeds``: one row per seed edge of the traced circuits, columns ``kind`` ("head", "mlp", "emb"),
-    ``layer`` and ``attribution``. The late share is NaN when no MLP seed is positive.
-    """
-    missing = [c for c in ("kind", "layer", "attribution") if c not in seeds]
-    if missing:
-        raise ValueError(f"mlp_seed_shares: the seed table lacks column(s) {missing}")
-    pos = seeds[seeds["attribution"] > 0]
-    if len(pos) == 0:
-        raise ValueError("mlp_seed_shares: no seed with positive attribution")
-    mlp = pos[pos["kind"] == "mlp"]
-    mlp_total = mlp["attribution"].sum()
-    late = mlp[mlp["layer"] >= late_from]["attribution"].sum()
-    return float(mlp_total / pos["attribution"].sum()), float(late / mlp_total) if mlp_total > 0 else float("nan")
-
-
-def knockout_table(ko: dict, named: dict[str, list[tuple[int, int]]]):
-    """One row per head choice of :func:`knockout_comparison`: heads, k, drop, p, random drops' mean and max."""
-    import numpy as np
-    import pandas as pd
-
-    unknown = set(ko["methods"]) - set(named)
-    if unknown:
-        raise ValueError(f"knockout_table: no head set named {sorted(unknown)}")
-    return pd.DataFrame([dict(method=name, heads=", ".join(f"A{l}.{h}" for l, h in named[name]), k=r["k"],
-                              drop=r["drop"], p=r["p"],
-                              random_drop_mean=float(np.mean(r["random_drops"])) if r["random_drops"] else float("nan"),
-                              random_drop_max=float(np.max(r["random_drops"])) if r["random_drops"] else float("nan"))
-                         for name, r in ko["methods"].items()])
-
-
-def measure_greater_than_circuit(circuits_table, seeds, ko: dict, named: dict[str, list[tuple[int, int]]],
-                                 ranks: list[int], prob_diff: float, late_from: int, n_random: int,
-                                 config: dict | None = None):
-    """Claim accpp/greater-than-circuit.
-
-    ``circuits_table``: one row per traced circuit with ``n_year_heads`` (and ``mlp_layers``, dropped
-    from the recorded table); ``seeds``: the seed edges (see :func:`mlp_seed_shares`); ``ko`` and
-    ``named``: :func:`knockout_comparison`'s result and the head sets it knocked out, which must include
-    "traced year heads" (the heads chosen on the selection half); ``ranks``: the signal ranks of every
-    traced circuit; ``prob_diff``: the model's mean P(YY' > YY) - P(YY' <= YY).
-    """
-    from compendium.claims import Measurement
-
-    if len(circuits_table) == 0 or "n_year_heads" not in circuits_table:
-        raise ValueError("measure_greater_than_circuit: needs a non-empty circuit table with 'n_year_heads'")
-    if "traced year heads" not in ko.get("methods", {}):
-        raise ValueError("measure_greater_than_circuit: the knock-outs lack the 'traced year heads' head set")
-    mlp_share, late_mlp_share = mlp_seed_shares(seeds, late_from)
-    traced = named["traced year heads"]
-    methods = ko["methods"]
-    cfg = dict(config or {})
-    return Measurement(
-        claim="accpp/greater-than-circuit",
-        values=dict(frac_year_head=float((circuits_table["n_year_heads"] > 0).mean()),
-                    n_year_heads_selection=len(traced), mlp_share=mlp_share, late_mlp_share=late_mlp_share,
-                    knockout_p=float(methods["traced year heads"]["p"]), prob_diff=float(prob_diff),
-                    n_random=n_random),
-        evidence=dict(year_heads_selection=[f"A{l}.{h}" for l, h in traced],
-                      knockout={name: dict(k=r["k"], drop=r["drop"], p=r["p"]) for name, r in methods.items()},
-                      units_prob_diff_test=ko["base"], rank1=sum(r == 1 for r in ranks) / max(len(ranks), 1)),
-        tables={"02_greater_than_knockouts": knockout_table(ko, named),
-                "02_greater_than_circuits": circuits_table.drop(columns=["mlp_layers"], errors="ignore")},
-        config=cfg, unit="fraction of circuits with a year head",
-        note=(f"{cfg.get('model', 'the model')}, {len(circuits_table)} traced prompts; heads chosen on "
-              f"{cfg.get('n_selection', '?')}, knocked out on {cfg.get('n_test', '?')}: "
-              + "; ".join(f"{n} drop {r['drop']:.3f} (p={r['p']:.2f})" for n, r in methods.items())))

@@ -8,7 +8,7 @@ from accpp.signals import Firing, FiringSolver, firing_exactness
 from accpp.trace import Circuit, Tracer
 
 __all__ = ["trace_ioi", "circuit_exactness", "circuit_row", "status_counts", "measure_candidates_exact", "measure_signals_rank1",
-           "measure_ioi_roles"]
+           "size_matched_null", "measure_ioi_roles"]
 
 
 def trace_ioi(tracer: Tracer, prompt: IOIPrompt) -> Circuit:
@@ -135,43 +135,79 @@ def _n_roles(role_set: dict) -> int:
     return sum(bool(role_set.get(r)) for r in ROLES)
 
 
-def measure_ioi_roles(role_sets: list[dict], null_sets: list[dict], role_table, accuracy: float,
-                      config: dict | None = None):
+def size_matched_null(tracer: Tracer, prompt: IOIPrompt, circuit: Circuit) -> dict:
+    """The size-matched null of one traced prompt (:mod:`accpp.roles`, module docstring): the circuit's
+    head firings per layer (``sizes``), the prompt's firings passing the attention rule per layer
+    (``pool``, from one decomposition of the prompt), each role's probability in a random set of that
+    size (``per_role``) and their sum, the null's expected number of roles (``expected``)."""
+    from accpp.roles import firing_pool, firings_per_layer, size_matched_roles
+
+    dec = tracer.decompose(prompt.ids())
+    pool = firing_pool(dec.acts.attn, [lw.sliding_window for lw in tracer.arch.layers])
+    sizes = firings_per_layer(circuit.graph)
+    per_role = size_matched_roles(pool, sizes, prompt.pos)
+    return dict(expected=float(sum(per_role.values())), per_role=per_role, sizes=sizes,
+                pool={layer: len(f) for layer, f in pool.items()})
+
+
+def measure_ioi_roles(role_sets: list[dict], null_expected: list[float], role_table, accuracy: float,
+                      name_pair_sets: list[dict] | None = None, config: dict | None = None):
     """Claim accpp/ioi-circuit-roles from per-prompt role sets (:func:`accpp.roles.circuit_roles`).
 
-    ``null_sets``: the same rule on circuits of the same prompts traced for a random name pair.
-    ``n_roles`` counts the roles present in the union over prompts; ``role_excess_per_prompt`` is the
-    mean number of roles per circuit minus that of the null circuits. Only the roles of
+    ``null_expected``: per traced prompt, in the same order, the expected number of roles of its
+    size-matched null (:func:`size_matched_null`'s ``expected``). ``n_roles`` counts the roles present
+    in the union over prompts; ``size_matched_role_excess`` is the mean over prompts of (roles in the
+    prompt's circuit - its null's expected roles), with a percentile-bootstrap interval over prompts
+    (the pairs resampled together). ``name_pair_sets`` (optional evidence, the earlier null): the rule on
+    circuits of the first prompts traced for a random name pair. Only the roles of
     :data:`accpp.roles.ROLES` count (a set may hold others, e.g. heads of no known role).
     """
-    from compendium.claims import Measurement
-    from accpp.roles import merge_roles
+    import math
 
-    if not role_sets or not null_sets:
-        raise ValueError(f"measure_ioi_roles: needs role sets of traced and null circuits "
-                         f"(got {len(role_sets)} and {len(null_sets)})")
-    if not all(isinstance(rs, dict) for rs in [*role_sets, *null_sets]):
-        raise ValueError("measure_ioi_roles: each role set must be a dict {role: [heads]} (accpp.roles.circuit_roles)")
-    if len(null_sets) > len(role_sets):
-        raise ValueError(f"measure_ioi_roles: {len(null_sets)} null circuits for {len(role_sets)} traced prompts; "
-                         "the i-th null is the i-th traced prompt's")
+    from accpp.roles import merge_roles
+    from compendium.claims import Measurement
     from compendium.stats import paired_bootstrap_ci
 
-    merged, null_merged = merge_roles(role_sets), merge_roles(null_sets)
+    name_pair_sets = list(name_pair_sets or [])
+    if not role_sets:
+        raise ValueError("measure_ioi_roles: no role sets of traced circuits")
+    if not all(isinstance(rs, dict) for rs in [*role_sets, *name_pair_sets]):
+        raise ValueError("measure_ioi_roles: each role set must be a dict {role: [heads]} (accpp.roles.circuit_roles)")
+    if len(null_expected) != len(role_sets):
+        raise ValueError(f"measure_ioi_roles: {len(null_expected)} size-matched nulls for {len(role_sets)} traced "
+                         "prompts; each traced prompt has its own")
+    if not all(isinstance(e, (int, float)) and math.isfinite(e) and 0 <= e <= len(ROLES) for e in null_expected):
+        raise ValueError(f"measure_ioi_roles: a null's expected role count lies outside 0..{len(ROLES)}")
+    if len(name_pair_sets) > len(role_sets):
+        raise ValueError(f"measure_ioi_roles: {len(name_pair_sets)} name-pair null circuits for {len(role_sets)} "
+                         "traced prompts; the i-th null is the i-th traced prompt's")
+    merged = merge_roles(role_sets)
     per_prompt = [_n_roles(rs) for rs in role_sets]
-    null_per_prompt = [_n_roles(rs) for rs in null_sets]
-    paired = per_prompt[:len(null_per_prompt)]   # the prompts traced again for the null, each with its own
-    null_roles = _n_roles(null_merged)
-    lo, hi = paired_bootstrap_ci(paired, null_per_prompt)
+    null = [float(e) for e in null_expected]
+    excess = [a - b for a, b in zip(per_prompt, null)]
+    lo, hi = paired_bootstrap_ci(per_prompt, null)
+    evidence = dict(per_prompt_roles=per_prompt, size_matched_null_per_prompt=[round(e, 4) for e in null],
+                    roles={r: merged.get(r, []) for r in ROLES})
+    note = ""
+    if name_pair_sets:
+        np_merged = merge_roles(name_pair_sets)
+        np_per_prompt = [_n_roles(rs) for rs in name_pair_sets]
+        paired = per_prompt[:len(np_per_prompt)]
+        np_lo, np_hi = paired_bootstrap_ci(paired, np_per_prompt)
+        evidence["name_pair_null"] = dict(
+            per_prompt=np_per_prompt, roles_in_union=_n_roles(np_merged),
+            excess=float(sum(paired) / len(paired) - sum(np_per_prompt) / len(np_per_prompt)), excess_ci=[np_lo, np_hi],
+            roles={r: np_merged.get(r, []) for r in ROLES})
+        note = (f"; the earlier null (random name pair) finds {_n_roles(np_merged)} of the {len(ROLES)} roles in "
+                f"{len(name_pair_sets)} circuits")
     model = (config or {}).get("model", "the model")
     return Measurement(
         claim="accpp/ioi-circuit-roles",
         values=dict(n_roles=_n_roles(merged), ioi_accuracy=float(accuracy),
-                    role_excess_per_prompt=float(sum(paired) / len(paired) - sum(null_per_prompt) / len(null_per_prompt)),
-                    role_excess_ci_low=lo, role_excess_ci_high=hi,
-                    n_null_prompts=len(null_per_prompt)),
-        evidence=dict(per_prompt_roles=per_prompt, null_roles=null_roles, null_per_prompt=null_per_prompt,
-                      roles={r: merged.get(r, []) for r in ROLES}, null={r: null_merged.get(r, []) for r in ROLES}),
-        tables={"01_ioi_roles": role_table}, config=dict(config or {}) | dict(n_null=len(null_sets)),
-        note=f"union over {len(role_sets)} prompts of {model}; the null (random name pair, same rule) finds "
-             f"{null_roles} of the {len(ROLES)} roles")
+                    size_matched_role_excess=float(sum(excess) / len(excess)),
+                    size_matched_role_excess_ci_low=lo, size_matched_role_excess_ci_high=hi,
+                    n_null_prompts=len(null)),
+        evidence=evidence, tables={"01_ioi_roles": role_table},
+        config=dict(config or {}) | dict(n_null=len(name_pair_sets), n_size_matched=len(null)),
+        note=f"union over {len(role_sets)} prompts of {model}; per prompt {sum(per_prompt) / len(per_prompt):.2f} "
+             f"roles against {sum(null) / len(null):.2f} expected in random firing sets of the same size per layer{note}")

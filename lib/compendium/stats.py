@@ -1,8 +1,12 @@
-"""Percentile-bootstrap intervals shared by both papers' measurements (one home, seeded).
+"""Intervals shared by both papers' measurements (one home, seeded where they resample).
 
-Each resamples the sample's entries with replacement ``n_boot`` times (numpy's default_rng(seed)),
+Percentile bootstrap (``bootstrap_*``, ``paired_bootstrap_ci``, ``geometric_mean_ci``): each
+resamples the sample's entries with replacement ``n_boot`` times (numpy's default_rng(seed)),
 takes the statistic of each resample and returns the (1 - level) / 2 and 1 - (1 - level) / 2
 quantiles. Deterministic for a seed; ValueError for an empty or non-1-D sample.
+
+Counts (``binomial_ci``, ``permutation_p_interval``): exact Clopper-Pearson intervals of a
+proportion from k successes in n trials, nothing resampled.
 """
 from __future__ import annotations
 
@@ -57,6 +61,78 @@ def bootstrap_diff_ci(a, b, n_boot: int = 2000, seed: int = 0, level: float = 0.
     ia = rng.integers(0, len(a), size=(n_boot, len(a)))
     ib = rng.integers(0, len(b), size=(n_boot, len(b)))
     return _quantiles(a[ia].mean(1) - b[ib].mean(1), level)
+
+
+def bootstrap_ratio_ci(num, den, n_boot: int = 2000, seed: int = 0, level: float = 0.95,
+                       empty: float | None = None) -> tuple[float, float]:
+    """Interval of the pooled ratio sum(num) / sum(den) over units (num_i, den_i) resampled together
+    (a ratio of sums, not the mean of the per-unit ratios num_i / den_i).
+
+    ``den`` must be >= 0. A resample whose denominators sum to 0 has no ratio: it takes the value
+    ``empty``, or, when ``empty`` is None, the call raises ValueError.
+    """
+    num, den = _sample(num, "bootstrap_ratio_ci"), _sample(den, "bootstrap_ratio_ci")
+    if num.shape != den.shape:
+        raise ValueError(f"bootstrap_ratio_ci: numerators and denominators differ in shape: {num.shape} vs {den.shape}")
+    if not (np.all(np.isfinite(num)) and np.all(np.isfinite(den))) or np.any(den < 0):
+        raise ValueError("bootstrap_ratio_ci needs finite numerators and finite denominators >= 0")
+
+    def ratio(n, d):
+        sn, sd = n.sum(1), d.sum(1)
+        if empty is None and np.any(sd == 0):
+            raise ValueError("bootstrap_ratio_ci: a resample's denominators sum to 0; give `empty`, the value such a "
+                             "resample takes")
+        return np.where(sd > 0, sn / np.where(sd > 0, sd, 1.0), 0.0 if empty is None else empty)
+
+    return bootstrap_paired_ci(ratio, num, den, n_boot=n_boot, seed=seed, level=level)
+
+
+def binomial_ci(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Clopper-Pearson (exact) interval of a proportion from ``k`` successes in ``n`` trials: the low
+    end is the (1 - level) / 2 quantile of Beta(k, n - k + 1), 0 when k = 0; the high end the
+    1 - (1 - level) / 2 quantile of Beta(k + 1, n - k), 1 when k = n. So the low end is above 0 exactly
+    when k >= 1, and the high end below 1 exactly when k < n."""
+    from scipy.stats import beta
+
+    k, n = _count(k, "k"), _count(n, "n")
+    if n < 1 or k > n:
+        raise ValueError(f"binomial_ci needs 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    a = (1 - level) / 2
+    lo = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - a, k + 1, n - k))
+    return lo, hi
+
+
+def permutation_p(count: int, n_perm: int) -> float:
+    """The Monte-Carlo permutation p-value with the +1 convention: (1 + count) / (n_perm + 1), where
+    ``count`` of ``n_perm`` random permutations (or random draws) give a statistic at least as extreme as
+    the observed one. The observed arrangement counts as one of the draws, so p is never 0 and
+    P(p <= alpha) <= alpha under the null at any n_perm."""
+    count, n_perm = _count(count, "count"), _count(n_perm, "n_perm")
+    if n_perm < 1 or count > n_perm:
+        raise ValueError(f"permutation_p needs 0 <= count <= n_perm and n_perm >= 1, got {count} of {n_perm}")
+    return (1 + count) / (n_perm + 1)
+
+
+def permutation_p_interval(count: int, n_perm: int, level: float = 0.95) -> tuple[float, float]:
+    """Monte-Carlo interval of a permutation p-value: the Clopper-Pearson interval (:func:`binomial_ci`)
+    of the exact p (the fraction of all permutations at least as extreme, the limit of infinitely many
+    draws) from ``count`` of ``n_perm`` draws at least as extreme as the observed statistic; ``count``
+    excludes the observed arrangement. The point p that goes with it keeps the +1 convention
+    (:func:`permutation_p`, (1 + count) / (n_perm + 1)), which always lies inside this interval (it is the
+    mean of the Beta distribution whose upper quantile is the high end). At count 0 the high end is
+    1 - ((1 - level) / 2) ** (1 / n_perm): at 95%, at most 0.05 only from n_perm = 72 on."""
+    if _count(count, "count") > _count(n_perm, "n_perm"):
+        raise ValueError(f"permutation_p_interval: count {count} exceeds n_perm {n_perm}")
+    return binomial_ci(count, n_perm, level)
+
+
+def _count(x, name: str) -> int:
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 0:
+        raise ValueError(f"{name} must be a count (an integer >= 0), got {x!r}")
+    return int(x)
 
 
 def geometric_mean(x) -> float:

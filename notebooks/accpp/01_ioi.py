@@ -12,12 +12,14 @@
 # the ACC baseline on the same prompts (the paper's range for how much larger ACC circuits are is in
 # claims.yaml, `smaller-than-acc`; our ACC follows the
 # authors' ACC code: comparative score, sparse singular directions, then the 70% rule). Roles
-# are compared with a null: the same rule on circuits of the same prompts traced for a random pair
-# of other names. A last section shows what the tracer's `per-position` variant changes against
-# the default (`authors`, the authors' key side). Model and sample sizes are the registered
-# protocol (claims.yaml): at `cpu` SmolLM2-135M (offline), 48 prompts for behaviour, 8 traced
-# prompts, each also traced by ACC and for its null; at `paper` Gemma-3-270M (or the Hub model
-# named in MODEL, e.g. "gpt2") and more prompts. Size ratios are geometric means over prompts,
+# are compared with a size-matched null: per prompt, the roles expected in random sets of the
+# prompt's attention firings with as many firings per layer as its circuit (the earlier null, the
+# same prompts traced for a random pair of other names, is kept as evidence). A last section
+# shows what the tracer's `per-position` variant changes against the default (`authors`, the
+# authors' key side). Model and sample sizes are the registered protocol (claims.yaml): at `cpu`
+# SmolLM2-135M (offline), 48 prompts for behaviour, 8 traced prompts, each also traced by ACC and
+# for its name-pair null; at `paper` Gemma-3-270M (or the Hub model named in MODEL, e.g. "gpt2")
+# and more prompts. Size ratios are geometric means over prompts,
 # judged by their interval.
 # Roles are read from the firings' token pairs (rule in `accpp.roles`), not from patching.
 
@@ -45,7 +47,8 @@ from compendium import claims, notebook, plotting
 
 nb = notebook.start("accpp/01_ioi", PROFILE, SEED, DEVICE, threads=1)
 # The registered protocol (papers/accpp/claims.yaml, shared by this notebook's four claims): model,
-# sample sizes, selection rule and aggregation per profile.
+# sample sizes, selection rule and aggregation per profile (ioi-circuit-roles registers the same
+# sample sizes with its own aggregation and null).
 PROTOCOL = claims.protocol("accpp/smaller-than-acc", nb.profile)
 MODEL = MODEL or PROTOCOL["model"]
 N_BEHAVIOUR = PROTOCOL["n_behaviour"]
@@ -163,8 +166,16 @@ exact
 # ## 4. Heads by role, next to the published GPT-2 circuit
 # The published circuit is GPT-2 small's (Wang et al. 2022); the model here differs, so the
 # comparison is by role class, not by head index. Rule (`accpp.roles`): a name mover is a seed
-# firing END <- IO; previous-token is S1+1 <- S1. Null: the same prompts traced for the metric
-# logit(A) - logit(B) of two other single-token names, read with the same positions.
+# firing END <- IO; previous-token is S1+1 <- S1.
+#
+# A bigger circuit has more firings and so more chances to hit a role's token pair. The null is
+# matched in size (`accpp.roles`, module docstring): for each traced prompt, random sets of the
+# prompt's firings that pass the tracer's attention rule (A_ds >= tau), with as many firings in each
+# layer as the circuit has there; its value is the expected number of roles over all such sets,
+# computed exactly (every END <- IO firing counts as a name mover there, which can only raise the
+# null). The claim's excess is, per prompt, the circuit's roles minus its null's expected roles.
+# The earlier null, the same prompts traced for the metric logit(A) - logit(B) of two other
+# single-token names and read with the same positions, is kept as evidence.
 
 # %%
 role_sets = [roles.circuit_roles(c.graph, c.meta["pos"]) for c in circuits]
@@ -172,18 +183,22 @@ merged = roles.merge_roles(role_sets)
 role_table = pd.DataFrame(roles.roles_table(merged, MODEL))
 n_roles = int(role_table["present"].sum())
 per_prompt_roles = [sum(bool(rs.get(r)) for r in roles.ROLES) for rs in role_sets]
+size_nulls = [ioi.size_matched_null(tracer, p, c) for p, c in zip(chosen, circuits)]
+null_expected = [n_["expected"] for n_ in size_nulls]
+role_table["size-matched null: P(role), mean over prompts"] = [
+    sum(n_["per_role"][r] for n_ in size_nulls) / len(size_nulls) for r in roles.ROLES]
 name_ids = [datasets.name_token(tok, n) for n in datasets.single_token_names(tok)]
 rng = random.Random(nb.seed)
-null_sets = []
+name_pair_sets = []  # the earlier null (evidence): the first N_NULL prompts traced for a random name pair
 for p in chosen[:N_NULL]:
     a_id, b_id = roles.null_name_pair(p.ids().tolist(), p.io_id, p.s_id, name_ids, rng)
-    null_sets.append(roles.circuit_roles(tracer.trace(p.ids(), a_id, b_id).graph, p.pos))
-null_merged = roles.merge_roles(null_sets)
-null_roles = sum(bool(null_merged.get(r)) for r in roles.ROLES)
-null_per_prompt = [sum(bool(rs.get(r)) for r in roles.ROLES) for rs in null_sets]
-role_table["null (random name pair)"] = [", ".join(null_merged.get(r, [])) or "-" for r in roles.ROLES]
-print(f"roles present: {n_roles} of {len(roles.ROLES)} (per prompt {per_prompt_roles}); null circuits: "
-      f"{null_roles} (per prompt {null_per_prompt})")
+    name_pair_sets.append(roles.circuit_roles(tracer.trace(p.ids(), a_id, b_id).graph, p.pos))
+name_pair_merged = roles.merge_roles(name_pair_sets)
+name_pair_per_prompt = [sum(bool(rs.get(r)) for r in roles.ROLES) for rs in name_pair_sets]
+role_table["null (random name pair)"] = [", ".join(name_pair_merged.get(r, [])) or "-" for r in roles.ROLES]
+print(f"roles present: {n_roles} of {len(roles.ROLES)} (per prompt {per_prompt_roles}); size-matched null, "
+      f"expected per prompt: {[round(e, 2) for e in null_expected]}; name-pair null circuits, per prompt "
+      f"{name_pair_per_prompt}")
 role_table
 
 # %% [markdown]
@@ -239,7 +254,8 @@ accuracy = float(metrics.accuracy)
 measurements = [
     ioi.measure_candidates_exact(exact, config=config),
     ioi.measure_signals_rank1(ranks_per_circuit, table, accuracy, config=config),
-    ioi.measure_ioi_roles(role_sets, null_sets, role_table, accuracy, config=config),
+    ioi.measure_ioi_roles(role_sets, null_expected, role_table, accuracy, name_pair_sets=name_pair_sets,
+                          config=config),
     measure_smaller_than_acc(acc_table, accuracy, config=config),
 ]
 assert [m.claim for m in measurements] == ["accpp/candidates-exact", "accpp/signals-rank1", "accpp/ioi-circuit-roles",
@@ -269,7 +285,7 @@ assert not failed, failed
 # flipped, negative. The components of the final residual then sum to less than zero, there is no
 # seed to start from, and the tracer traces nothing and says why (status `negative_logit_diff`, no
 # firings, no roles) instead of returning a circuit for an answer the model does not give. To trace
-# the metric of another pair of names, see the null of section 4.
+# the metric of another pair of names, see the name-pair null of section 4.
 
 # %%
 ANSWER = "IO"   # try "S"

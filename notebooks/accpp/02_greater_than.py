@@ -43,6 +43,7 @@ import torch
 
 from accpp import families, figures
 from accpp import greater_than as gt
+from accpp import greater_than_claim as gtc
 from accpp.graph import save_circuit, signal_ranks
 from accpp.models import load_model
 from accpp.trace import Tracer
@@ -54,6 +55,7 @@ MODEL = MODEL or PROTOCOL["model"]
 N_BEHAVIOUR = PROTOCOL["n_behaviour"]
 N_TRACE = PROTOCOL["n_trace"]
 N_RANDOM = PROTOCOL["n_random"]  # random head sets per knock-out
+N_BOOT = PROTOCOL["n_boot"]      # bootstrap resamples of the traced prompts for the shares' intervals
 OUT = paths.output_dir() / "accpp" / "02_greater_than"
 OUT.mkdir(parents=True, exist_ok=True)
 
@@ -150,13 +152,7 @@ plotting.savefig(fig, "accpp/02_greater_than_circuit", profile=nb.profile)
 # metric's direction). Summed over the traced prompts, by layer:
 
 # %%
-seed_rows = []
-for c in circuits:
-    for u, _, d in c.graph.edges(data=True):
-        if d["side"] == "seed":
-            node = c.graph.nodes[u]
-            seed_rows.append(dict(kind=node["kind"], layer=node["layer"], attribution=d["attribution"]))
-seeds_df = pd.DataFrame(seed_rows)
+seeds_df = gtc.seed_table(circuits)  # one row per seed edge, with the index of its prompt
 by_layer = seeds_df.pivot_table(index="layer", columns="kind", values="attribution", aggfunc="sum", fill_value=0.0)
 by_layer = by_layer.reindex(range(L), fill_value=0.0) / len(circuits)
 fig, ax = plt.subplots(figsize=(9, 3.6))
@@ -166,8 +162,12 @@ ax.set(xlabel="layer", ylabel="mean seed attribution (logit units)",
        title=f"seeds of {len(circuits)} Greater-Than circuits by layer, {MODEL}")
 ax.legend()
 plotting.savefig(fig, "accpp/02_greater_than_seeds_by_layer", profile=nb.profile)
-mlp_share, late_mlp_share = gt.mlp_seed_shares(seeds_df, LATE_FROM)
-print(f"MLPs carry {mlp_share:.2f} of the positive seed attribution; layers >= {LATE_FROM} carry {late_mlp_share:.2f} of the MLPs'")
+mlp_share, late_mlp_share = gtc.mlp_seed_shares(seeds_df, LATE_FROM)
+share_ci = gtc.mlp_share_intervals(seeds_df, LATE_FROM, n_prompts=len(circuits), n_boot=N_BOOT)
+print(f"MLPs carry {mlp_share:.2f} of the positive seed attribution (95% interval "
+      f"{share_ci['mlp_share_ci_low']:.2f}-{share_ci['mlp_share_ci_high']:.2f}, prompts resampled); layers >= {LATE_FROM} "
+      f"carry {late_mlp_share:.2f} of the MLPs' ({share_ci['late_mlp_share_ci_low']:.2f}-"
+      f"{share_ci['late_mlp_share_ci_high']:.2f})")
 
 # %% [markdown]
 # ## 4. Year heads: chosen on one half, knocked out on the other
@@ -190,7 +190,7 @@ dla = gt.head_dla(tracer, sel)
 named = {"traced year heads": traced_heads, "attention to YY": gt.top_heads(att, k_heads),
          "direct logit attribution": gt.top_heads(dla, k_heads)}
 ko = gt.knockout_comparison(tracer, test, named, n_random=N_RANDOM, seed=nb.seed, progress=True)
-ko_table = gt.knockout_table(ko, named)
+ko_table = gtc.knockout_table(ko, named)
 print(f"selection {len(sel)} / test {len(test)} prompts; units prob_diff on the test half {ko['base']:.3f}")
 ko_table.round(3)
 
@@ -217,16 +217,22 @@ plotting.savefig(fig, "accpp/02_greater_than_year_heads", profile=nb.profile)
 # The pre-registered check (papers/accpp/claims.yaml): a year head in some traced circuit, MLPs
 # carrying most of the direct effect and the late MLPs most of that, and the traced year heads'
 # held-out knock-out beyond random head sets (knockout_p); the model must do the task
-# (precondition). The two other head choices are evidence.
+# (precondition). The two other head choices are evidence. Each judged quantity is decided by its
+# 95% interval, not its point value: the fraction of circuits with a year head by its Clopper-Pearson
+# interval over the traced circuits (its low end is above 0 exactly when one circuit has a year
+# head); the two shares, pooled ratios over the traced prompts, by a percentile bootstrap over the
+# prompts; knockout_p by its Monte-Carlo interval (Clopper-Pearson of the count of random sets at
+# least as extreme, over the number of random sets), so it holds only if the whole interval is at
+# most 0.05.
 
 # %%
 ranks = [r for c in circuits for r in signal_ranks(c.graph)]
 assert len(circuits) >= min(8, N_TRACE), f"only {len(circuits)} prompts solved at the traced position"
-m = gt.measure_greater_than_circuit(
+m = gtc.measure_greater_than_circuit(
     table, seeds_df, ko, named, ranks, prob_diff=behaviour["prob_diff"], late_from=LATE_FROM, n_random=N_RANDOM,
     config=dict(model=MODEL, mode=prompts[0].mode, n_behaviour=len(prompts), n_traced=len(circuits),
-                n_selection=len(sel), n_test=len(test), late_from=LATE_FROM, n_random=N_RANDOM,
-                variant=circuits[0].meta["variant"]))
+                n_selection=len(sel), n_test=len(test), late_from=LATE_FROM, n_random=N_RANDOM, n_boot=N_BOOT,
+                variant=circuits[0].meta["variant"]), n_boot=N_BOOT)
 assert m.claim == "accpp/greater-than-circuit"
 v = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 v

@@ -182,9 +182,13 @@ pd.concat(perm, names=["level", "term"]).round(4)
 
 # %% [markdown]
 # ## 6. The claim's check
-# The pre-registered check (papers/accpp/claims.yaml) reads the labelling (template or order) whose
-# k-cut agrees best with the clusters (ARI, permutation p, distance gap); the PERMANOVA terms are
-# recorded beside it as values.
+# The pre-registered check (papers/accpp/claims.yaml) reads the PERMANOVA's template term on the
+# component distances: p <= 0.05 and R2 > 0. The p is a Monte-Carlo estimate from `N_PERM`
+# permutations, (1 + count) / (N_PERM + 1) with count the permutations whose F reaches the observed
+# one; it is decided by its 95% Monte-Carlo interval (Clopper-Pearson of count over N_PERM), so it
+# holds only if the whole interval is at most 0.05. The labelling (template or order) whose k-cut
+# agrees best with the clusters (ARI, permutation p, distance gap) and the other terms are recorded
+# beside it.
 
 # %%
 runtime_s = time.perf_counter() - t_start

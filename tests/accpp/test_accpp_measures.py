@@ -67,27 +67,46 @@ def test_ioi_roles():
     r0, r1, r2 = ROLES[0], ROLES[1], ROLES[2]
     role_sets = [{r0: ["9.1"], r1: ["7.3"], "other": ["0.1"]}, {r0: ["10.0"], r2: ["1.2"]}]  # union: 3 roles
     role_sets.append({r0: ["9.1"]})
-    null_sets = [{r0: ["9.1"]}, {}, {r1: []}]  # per prompt 1, 0, 0 (an empty list is no role)
-    m = measure_ioi_roles(role_sets, null_sets, pd.DataFrame(), accuracy=0.5)
-    # paired by prompt: (2 - 1, 2 - 0, 1 - 0), the interval from resampling those three differences
+    expected = [0.5, 1.25, 0.0]      # each prompt's size-matched null (expected roles)
+    name_pair = [{r0: ["9.1"]}, {r1: []}]  # per prompt 1, 0 (an empty list is no role)
+    m = measure_ioi_roles(role_sets, expected, pd.DataFrame(), accuracy=0.5, name_pair_sets=name_pair)
+    # paired by prompt: (2 - 0.5, 2 - 1.25, 1 - 0), the interval from resampling those three pairs
     assert {k: m.values[k] for k in ("n_roles", "ioi_accuracy", "n_null_prompts")} == dict(n_roles=3, ioi_accuracy=0.5,
                                                                                           n_null_prompts=3)
-    assert m.values["role_excess_per_prompt"] == pytest.approx(4 / 3)
-    assert (m.values["role_excess_ci_low"], m.values["role_excess_ci_high"]) == stats.paired_bootstrap_ci([2, 2, 1], [1, 0, 0])
-    assert m.evidence["per_prompt_roles"] == [2, 2, 1] and m.evidence["null_per_prompt"] == [1, 0, 0]
+    assert m.values["size_matched_role_excess"] == pytest.approx(3.25 / 3, rel=1e-12)
+    assert (m.values["size_matched_role_excess_ci_low"], m.values["size_matched_role_excess_ci_high"]) == \
+        stats.paired_bootstrap_ci([2, 2, 1], [0.5, 1.25, 0.0])
+    assert m.evidence["per_prompt_roles"] == [2, 2, 1] and m.evidence["size_matched_null_per_prompt"] == expected
     assert m.evidence["roles"][r0] == ["9.1", "10.0"]  # merged, sorted by (layer, head)
     assert "other" not in m.evidence["roles"]  # only the known roles count
-    assert m.evidence["null_roles"] == 1 and m.config["n_null"] == 3
+    # the earlier null is evidence: the first two prompts against their name-pair circuits
+    npn = m.evidence["name_pair_null"]
+    assert npn["per_prompt"] == [1, 0] and npn["roles_in_union"] == 1 and npn["excess"] == 1.5
+    assert npn["excess_ci"] == list(stats.paired_bootstrap_ci([2, 2], [1, 0]))
+    assert m.config["n_null"] == 2 and m.config["n_size_matched"] == 3
     fits_ledger(m)
-    # a traced prompt without a null is left out of the paired excess
-    m2 = measure_ioi_roles(role_sets + [{r0: ["1.1"], r1: ["2.2"], r2: ["3.3"]}], null_sets, pd.DataFrame(), 0.5)
-    assert m2.values["role_excess_per_prompt"] == pytest.approx(4 / 3) and m2.values["n_roles"] == 3
-    with pytest.raises(ValueError, match="4 null circuits for 3 traced prompts"):
-        measure_ioi_roles(role_sets, null_sets + [{}], pd.DataFrame(), 1.0)
-    with pytest.raises(ValueError, match="null circuits"):
-        measure_ioi_roles(role_sets, [], pd.DataFrame(), 1.0)
+    assert "name_pair_null" not in measure_ioi_roles(role_sets, expected, pd.DataFrame(), 0.5).evidence
+    with pytest.raises(ValueError, match="2 size-matched nulls for 3 traced prompts"):
+        measure_ioi_roles(role_sets, expected[:2], pd.DataFrame(), 1.0)
+    for bad in ([0.5, 1.25, -0.1], [0.5, 1.25, 5.5], [0.5, 1.25, float("nan")]):
+        with pytest.raises(ValueError, match="outside 0..5"):
+            measure_ioi_roles(role_sets, bad, pd.DataFrame(), 1.0)
+    with pytest.raises(ValueError, match="4 name-pair null circuits for 3 traced prompts"):
+        measure_ioi_roles(role_sets, expected, pd.DataFrame(), 1.0, name_pair_sets=name_pair * 2)
+    with pytest.raises(ValueError, match="no role sets"):
+        measure_ioi_roles([], [], pd.DataFrame(), 1.0)
     with pytest.raises(ValueError, match="must be a dict"):
-        measure_ioi_roles([["9.1"]], null_sets, pd.DataFrame(), 1.0)
+        measure_ioi_roles([["9.1"]], [0.0], pd.DataFrame(), 1.0)
+
+
+def test_the_claims_of_accpp_01_share_their_sample_sizes():
+    """ioi-circuit-roles registers its own protocol (its null), the notebook reads the others' sample sizes."""
+    for profile in ("cpu", "paper", "smoke"):
+        shared = claims.protocol("accpp/smaller-than-acc", profile)
+        for key in ("accpp/candidates-exact", "accpp/signals-rank1", "accpp/ioi-circuit-roles"):
+            own = claims.protocol(key, profile)
+            assert {k: own[k] for k in shared if k not in ("aggregation", "selection")} == \
+                {k: v for k, v in shared.items() if k not in ("aggregation", "selection")}, (key, profile)
 
 
 def test_smaller_than_acc():
@@ -118,47 +137,119 @@ def test_smaller_than_acc():
 # ----------------------------------------------------------------------------- 02_greater_than
 def _ko():
     named = {"traced year heads": [(3, 1), (4, 0)], "attention to YY": [(2, 2), (3, 1)], "empty": []}
-    ko = {"base": 0.4, "methods": {"traced year heads": dict(k=2, drop=0.2, p=0.01, random_drops=[0.0, 0.1]),
-                                   "attention to YY": dict(k=2, drop=0.05, p=0.5, random_drops=[0.06, 0.02]),
-                                   "empty": dict(k=0, drop=0.0, p=1.0, random_drops=[])}}
+    ko = {"base": 0.4, "methods": {
+        "traced year heads": dict(k=2, drop=0.2, p=1 / 3, n_extreme=0, random_drops=[0.0, 0.1]),
+        "attention to YY": dict(k=2, drop=0.05, p=2 / 3, n_extreme=1, random_drops=[0.06, 0.02]),
+        "empty": dict(k=0, drop=0.0, p=1.0, n_extreme=0, random_drops=[])}}
     return ko, named
 
 
+def _gt_seeds():
+    # positive seed attribution: prompt 0 head 2.0 and mlp (layer 1) 1.0, prompt 1 mlp (layer 5) 3.0;
+    # the negative ones are ignored; prompts 2 and 3 have no positive seed
+    return pd.DataFrame(dict(prompt=[0, 0, 1, 1, 2], kind=["head", "mlp", "mlp", "mlp", "emb"], layer=[3, 1, 5, 5, 0],
+                             attribution=[2.0, 1.0, 3.0, -4.0, -1.0]))
+
+
+def _pooled_ci_by_hand(num, den):
+    """The percentile bootstrap of sum(num) / sum(den) over 4 prompts (2000 resamples, seed 0), a resample
+    without denominator counting as 0."""
+    idx = np.random.default_rng(0).integers(0, 4, size=(2000, 4))
+    sn, sd = np.asarray(num, dtype=float)[idx].sum(1), np.asarray(den, dtype=float)[idx].sum(1)
+    ratio = np.where(sd > 0, sn / np.where(sd > 0, sd, 1.0), 0.0)
+    return np.quantile(ratio, 0.025), np.quantile(ratio, 0.975)
+
+
 def test_greater_than_circuit():
-    from accpp import greater_than as gt
+    from accpp import greater_than_claim as gtc
 
     ko, named = _ko()
     circuits = pd.DataFrame(dict(n_year_heads=[0, 2, 1, 0], mlp_layers=[[], [5], [], [1]], nodes=[3, 9, 7, 2]))
-    # positive seed attribution: head 2.0, mlp (layer 1) 1.0, mlp (layer 5) 3.0; the negative ones are ignored
-    seeds = pd.DataFrame(dict(kind=["head", "mlp", "mlp", "mlp", "emb"], layer=[3, 1, 5, 5, 0],
-                              attribution=[2.0, 1.0, 3.0, -4.0, -1.0]))
-    m = gt.measure_greater_than_circuit(circuits, seeds, ko, named, ranks=[1, 1, 2], prob_diff=0.3, late_from=4,
-                                        n_random=2, config=dict(model="tiny", n_selection=2, n_test=2))
-    assert m.values == dict(frac_year_head=0.5, n_year_heads_selection=2, mlp_share=4 / 6, late_mlp_share=3 / 4,
-                            knockout_p=0.01, prob_diff=0.3, n_random=2)
+    seeds = _gt_seeds()
+    m = gtc.measure_greater_than_circuit(circuits, seeds, ko, named, ranks=[1, 1, 2], prob_diff=0.3, late_from=4,
+                                         n_random=2, config=dict(model="tiny", n_selection=2, n_test=2))
+    v = m.values
+    assert {k: v[k] for k in ("frac_year_head", "n_year_heads_selection", "mlp_share", "late_mlp_share", "knockout_p",
+                              "prob_diff", "n_random", "n_circuits")} == dict(
+        frac_year_head=0.5, n_year_heads_selection=2, mlp_share=4 / 6, late_mlp_share=3 / 4, knockout_p=1 / 3,
+        prob_diff=0.3, n_random=2, n_circuits=4)
+    # 2 of the 4 circuits have a year head: Clopper-Pearson over the circuits
+    assert (v["frac_year_head_ci_low"], v["frac_year_head_ci_high"]) == stats.binomial_ci(2, 4)
+    # per prompt (positive seeds): all 3, 3, 0, 0; MLP 1, 3, 0, 0; late MLP 0, 3, 0, 0 -- pooled over resampled prompts
+    assert (v["mlp_share_ci_low"], v["mlp_share_ci_high"]) == pytest.approx(
+        _pooled_ci_by_hand([1, 3, 0, 0], [3, 3, 0, 0]), rel=1e-12)
+    assert (v["late_mlp_share_ci_low"], v["late_mlp_share_ci_high"]) == pytest.approx(
+        _pooled_ci_by_hand([0, 3, 0, 0], [1, 3, 0, 0]), rel=1e-12)
+    # none of the 2 random sets reaches the traced heads' drop: Clopper-Pearson of 0 of 2
+    assert (v["knockout_p_ci_low"], v["knockout_p_ci_high"]) == pytest.approx((0.0, 1 - 0.025 ** 0.5), rel=1e-12)
+    assert m.evidence["knockout"]["attention to YY"]["p_ci"] == list(stats.permutation_p_interval(1, 2))
+    assert m.evidence["knockout"]["empty"]["p_ci"] == [1.0, 1.0]
     assert m.evidence["year_heads_selection"] == ["A3.1", "A4.0"] and m.evidence["rank1"] == 2 / 3
     assert m.evidence["units_prob_diff_test"] == 0.4
     kt = m.tables["02_greater_than_knockouts"].set_index("method")
     assert kt.loc["attention to YY", "heads"] == "A2.2, A3.1" and kt.loc["attention to YY", "random_drop_mean"] == 0.04
+    assert kt.loc["attention to YY", "n_extreme"] == 1
     assert math.isnan(kt.loc["empty", "random_drop_max"])
     assert "mlp_layers" not in m.tables["02_greater_than_circuits"]
     assert "heads chosen on 2, knocked out on 2" in m.note
     fits_ledger(m)
     with pytest.raises(ValueError, match="traced year heads"):
-        gt.measure_greater_than_circuit(circuits, seeds, {"base": 0, "methods": {}}, named, [1], 0.3, 4, 2)
+        gtc.measure_greater_than_circuit(circuits, seeds, {"base": 0, "methods": {}}, named, [1], 0.3, 4, 2)
     with pytest.raises(ValueError, match="positive attribution"):
-        gt.measure_greater_than_circuit(circuits, seeds.assign(attribution=-1.0), ko, named, [1], 0.3, 4, 2)
+        gtc.measure_greater_than_circuit(circuits, seeds.assign(attribution=-1.0), ko, named, [1], 0.3, 4, 2)
     with pytest.raises(ValueError, match="lacks column"):
-        gt.mlp_seed_shares(seeds.drop(columns=["layer"]), 4)
+        gtc.mlp_seed_shares(seeds.drop(columns=["layer"]), 4)
+    with pytest.raises(ValueError, match="lacks column 'prompt'"):
+        gtc.measure_greater_than_circuit(circuits, seeds.drop(columns=["prompt"]), ko, named, [1], 0.3, 4, 2)
+    with pytest.raises(ValueError, match=r"prompt indices must lie in 0..3"):
+        gtc.mlp_share_intervals(seeds.assign(prompt=[0, 0, 1, 1, 4]), 4, n_prompts=4)
     with pytest.raises(ValueError, match="n_year_heads"):
-        gt.measure_greater_than_circuit(circuits.iloc[:0], seeds, ko, named, [1], 0.3, 4, 2)
+        gtc.measure_greater_than_circuit(circuits.iloc[:0], seeds, ko, named, [1], 0.3, 4, 2)
+
+
+def test_mlp_share_intervals_resample_prompts_not_seed_rows():
+    from accpp.greater_than_claim import mlp_share_intervals
+
+    # prompt 0: one MLP seed of 1 and one head seed of 1; prompt 1: one MLP seed of 10 (layer 5)
+    seeds = pd.DataFrame(dict(prompt=[0, 0, 1], kind=["mlp", "head", "mlp"], layer=[1, 2, 5],
+                              attribution=[1.0, 1.0, 10.0]))
+    out = mlp_share_intervals(seeds, late_from=4, n_prompts=2, level=0.4)
+    # resamples: both prompt 0 (1/4: share 1/2), one of each (1/2: 11/12), both prompt 1 (1/4: 1); the 30%
+    # and 70% quantiles fall in the middle group. Resampling seed rows, or averaging per-prompt shares
+    # ((1/2 + 1) / 2 = 3/4), would not give 11/12.
+    assert (out["mlp_share_ci_low"], out["mlp_share_ci_high"]) == pytest.approx((11 / 12, 11 / 12), rel=1e-12)
+    assert (out["late_mlp_share_ci_low"], out["late_mlp_share_ci_high"]) == pytest.approx((10 / 11, 10 / 11), rel=1e-12)
+    # a third prompt without seeds is a unit too: it changes the resamples
+    assert mlp_share_intervals(seeds, 4, n_prompts=3, level=0.4) != out
 
 
 def test_mlp_seed_shares_without_mlps():
-    from accpp.greater_than import mlp_seed_shares
+    from accpp.greater_than_claim import mlp_seed_shares
 
     share, late = mlp_seed_shares(pd.DataFrame(dict(kind=["head"], layer=[0], attribution=[1.0])), 1)
     assert share == 0.0 and math.isnan(late)
+
+
+def test_seed_table_numbers_the_prompts():
+    import networkx as nx
+
+    from accpp.greater_than_claim import seed_table
+    from accpp.graph import Circuit
+
+    def circuit(seeds):
+        g = nx.MultiDiGraph()
+        g.add_node("LOGITS@5", kind="logits", layer=3, head=-1, dest=5, src=-1)
+        for i, (kind, layer, a) in enumerate(seeds):
+            g.add_node(f"n{i}", kind=kind, layer=layer, head=0, dest=5, src=1)
+            g.add_edge(f"n{i}", "LOGITS@5", side="seed", attribution=a)
+        g.add_edge("n0", "n0", side="d", attribution=9.0)   # not a seed edge
+        return Circuit(g, [], 0.0, 0.0, 0)
+
+    t = seed_table([circuit([("mlp", 2, 1.5), ("head", 1, -0.5)]), circuit([("emb", 0, 2.0)])])
+    assert t.to_dict("records") == [dict(prompt=0, kind="mlp", layer=2, attribution=1.5),
+                                    dict(prompt=0, kind="head", layer=1, attribution=-0.5),
+                                    dict(prompt=1, kind="emb", layer=0, attribution=2.0)]
+    assert list(seed_table([]).columns) == ["prompt", "kind", "layer", "attribution"]
 
 
 # ----------------------------------------------------------------------------- 03_multilingual_ioi
@@ -294,9 +385,11 @@ def _alignment(ari_template: float, ari_order: float):
 
 
 def _permanova():
+    # p = (1 + n_extreme) / (99 + 1)
     terms = ["template", "order", "template x order", "size", "residual"]
-    return pd.DataFrame(dict(F=[5.0, 1.5, 0.9, 2.0, np.nan], p=[0.001, 0.2, 0.6, 0.05, np.nan],
-                             R2=[0.3, 0.02, 0.01, 0.05, 0.62]), index=pd.Index(terms, name="term"))
+    return pd.DataFrame(dict(F=[5.0, 1.5, 0.9, 2.0, np.nan], p=[0.01, 0.2, 0.6, 0.05, np.nan],
+                             R2=[0.3, 0.02, 0.01, 0.05, 0.62], n_extreme=[0, 19, 59, 4, np.nan]),
+                        index=pd.Index(terms, name="term"))
 
 
 def test_template_clusters():
@@ -310,6 +403,9 @@ def test_template_clusters():
     assert m.values["traced_fraction"] == 0.75 and m.values["n_perm"] == 99
     assert (m.values["permanova_template_R2"], m.values["permanova_order_p"], m.values["permanova_size_p"]) == \
         (0.3, 0.2, 0.05)
+    # the template p's Monte-Carlo interval: Clopper-Pearson of 0 of 99 permutations (not of 1 of 100)
+    assert (m.values["permanova_template_p_ci_low"], m.values["permanova_template_p_ci_high"]) == \
+        pytest.approx((0.0, 1 - 0.025 ** (1 / 99)), rel=1e-12)
     assert "nmi" not in m.evidence["alignment"]["components/order"]  # NaN left out
     assert m.unit == "p-value of PERMANOVA's template term (component Jaccard distances)" == claims.get_claim(m.claim).unit
     fits_ledger(m)
@@ -323,3 +419,8 @@ def test_template_clusters():
                                   pd.DataFrame(), 99, 30, 40)
     with pytest.raises(ValueError, match="traced of"):
         measure_template_clusters(_alignment(0.4, 0.2), perm, pd.DataFrame(), 99, 0, 40)
+    with pytest.raises(ValueError, match="another number of permutations"):
+        measure_template_clusters(_alignment(0.4, 0.2), perm, pd.DataFrame(), 199, 30, 40)
+    with pytest.raises(ValueError, match=r"no permutation count \(n_extreme\)"):
+        measure_template_clusters(_alignment(0.4, 0.2), {"components": _permanova().drop(columns=["n_extreme"])},
+                                  pd.DataFrame(), 99, 30, 40)

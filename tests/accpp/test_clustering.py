@@ -218,7 +218,11 @@ def test_permanova_permutation_p_planted_vs_null():
     D = np.abs(y[:, None] - y[None, :])
     res = cl.permanova(D, {"template": t, "order": o}, {"size": size}, n_perm=199, seed=0)
     assert res.loc["template", "p"] == pytest.approx(1 / 200)  # planted: no permutation reaches it
+    assert res.loc["template", "n_extreme"] == 0
     assert res.loc["order", "p"] > 0.05  # no order effect planted
+    for term in ("template", "order", "template x order", "size"):  # p = (1 + n_extreme) / (n_perm + 1)
+        assert res.loc[term, "p"] == (1 + res.loc[term, "n_extreme"]) / 200
+    assert np.isnan(res.loc["Residual", "n_extreme"]) and np.isnan(res.loc["Total", "n_extreme"])
     assert res.equals(cl.permanova(D, {"template": t, "order": o}, {"size": size}, n_perm=199, seed=0))
     # null: p-values over many datasets are not concentrated near 0
     ps = []

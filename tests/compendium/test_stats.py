@@ -189,3 +189,74 @@ def test_groups_ci_refuses_bad_groups_and_statistics():
         stats.bootstrap_groups_ci(lambda g: g[0].mean(1) / 0.0 * 0.0, ([1.0, 2.0],))
     with pytest.raises(ValueError, match=r"must give 50 finite values, got shape \(50, 2\)"):
         stats.bootstrap_groups_ci(lambda g: g[0], ([1.0, 2.0],), n_boot=50)
+
+# ----------------------------------------------------------------------------- pooled ratios
+def test_ratio_ci_is_the_percentile_bootstrap_of_the_pooled_ratio_by_hand():
+    rng = np.random.default_rng(8)
+    num, den = rng.uniform(0, 2, size=12), rng.uniform(1, 3, size=12)
+    idx = np.random.default_rng(6).integers(0, 12, size=(400, 12))
+    pooled = num[idx].sum(1) / den[idx].sum(1)
+    want = (np.quantile(pooled, 0.05), np.quantile(pooled, 0.95))  # level 0.9
+    assert stats.bootstrap_ratio_ci(num, den, n_boot=400, seed=6, level=0.9) == pytest.approx(want, rel=1e-12)
+    idx0 = np.random.default_rng(0).integers(0, 12, size=(2000, 12))
+    pooled0 = num[idx0].sum(1) / den[idx0].sum(1)
+    assert stats.bootstrap_ratio_ci(num, den) == pytest.approx(
+        (np.quantile(pooled0, 0.025), np.quantile(pooled0, 0.975)), rel=1e-12)
+
+
+def test_ratio_ci_pools_the_units_instead_of_averaging_their_ratios():
+    # units (1/1) and (0/99): a resample holds both of one (ratio 1 or 0, each 1/4) or one of each
+    # (pooled 1/100, half of the resamples); the mean of the per-unit ratios would give 1/2 there
+    assert stats.bootstrap_ratio_ci([1.0, 0.0], [1.0, 99.0], level=0.4) == (0.01, 0.01)
+
+
+def test_ratio_ci_resamples_with_no_denominator():
+    # units (1/1) and (0/0): a resample of the second unit only (a quarter of them) has no ratio
+    with pytest.raises(ValueError, match="denominators sum to 0; give `empty`"):
+        stats.bootstrap_ratio_ci([1.0, 0.0], [1.0, 0.0])
+    assert stats.bootstrap_ratio_ci([1.0, 0.0], [1.0, 0.0], level=0.9, empty=0.0) == (0.0, 1.0)
+    assert stats.bootstrap_ratio_ci([1.0, 0.0], [1.0, 0.0], level=0.9, empty=0.5) == (0.5, 1.0)
+    with pytest.raises(ValueError, match="denominators >= 0"):
+        stats.bootstrap_ratio_ci([1.0, 1.0], [2.0, -1.0])
+    with pytest.raises(ValueError, match=r"differ in shape: \(2,\) vs \(1,\)"):
+        stats.bootstrap_ratio_ci([1.0, 1.0], [2.0])
+
+
+# ----------------------------------------------------------------------------- counts
+def test_binomial_ci_is_clopper_pearson_by_hand():
+    # closed forms: Beta(1, 2) has cdf 1 - (1 - x)^2, Beta(2, 1) has x^2, Beta(1, n) has 1 - (1 - x)^n
+    assert stats.binomial_ci(1, 2) == pytest.approx((1 - 0.975 ** 0.5, 0.975 ** 0.5), rel=1e-12)
+    assert stats.binomial_ci(0, 10) == pytest.approx((0.0, 1 - 0.025 ** 0.1), rel=1e-12)
+    assert stats.binomial_ci(10, 10) == pytest.approx((0.025 ** 0.1, 1.0), rel=1e-12)
+    assert stats.binomial_ci(0, 10, level=0.9) == pytest.approx((0.0, 1 - 0.05 ** 0.1), rel=1e-12)
+    assert stats.binomial_ci(0, 10)[0] == 0.0 and stats.binomial_ci(1, 10)[0] > 0  # low end > 0 iff k >= 1
+    with pytest.raises(ValueError, match="0 <= k <= n"):
+        stats.binomial_ci(3, 2)
+    with pytest.raises(ValueError, match="must be a count"):
+        stats.binomial_ci(0.5, 2)
+    with pytest.raises(ValueError, match="level"):
+        stats.binomial_ci(1, 2, level=1.0)
+
+
+def test_permutation_p_keeps_the_plus_one_convention():
+    assert stats.permutation_p(0, 99) == 0.01 and stats.permutation_p(5, 19) == 0.3 and stats.permutation_p(19, 19) == 1.0
+    with pytest.raises(ValueError, match="0 <= count <= n_perm"):
+        stats.permutation_p(20, 19)
+    with pytest.raises(ValueError, match="must be a count"):
+        stats.permutation_p(-1, 19)
+
+
+def test_permutation_p_interval_is_clopper_pearson_of_the_count_over_n_perm():
+    # count 0 of 99 draws: the high end solves (1 - p)^99 = 0.025; neither count + 1 nor n_perm + 1
+    assert stats.permutation_p_interval(0, 99) == pytest.approx((0.0, 1 - 0.025 ** (1 / 99)), rel=1e-12)
+    assert stats.permutation_p_interval(99, 99) == pytest.approx((0.025 ** (1 / 99), 1.0), rel=1e-12)
+    assert stats.permutation_p_interval(1, 2) == stats.binomial_ci(1, 2)
+    # at count 0 the whole interval is <= 0.05 only from 72 draws on (19 draws: inconclusive at best)
+    assert stats.permutation_p_interval(0, 71)[1] > 0.05 >= stats.permutation_p_interval(0, 72)[1]
+    assert stats.permutation_p_interval(0, 19)[1] == pytest.approx(1 - 0.025 ** (1 / 19), rel=1e-12)
+    for n in (19, 99):   # the +1 point value always lies inside its interval
+        for count in range(n + 1):
+            lo, hi = stats.permutation_p_interval(count, n)
+            assert lo <= count / n <= hi and lo < stats.permutation_p(count, n) <= hi
+    with pytest.raises(ValueError, match="exceeds n_perm"):
+        stats.permutation_p_interval(100, 99)
