@@ -1,4 +1,5 @@
-"""Mamba's selective scan (Gu & Dao, arXiv 2312.00752, eq. 2 with the zero-order hold of eq. 4):
+"""Mamba's selective scan (Gu & Dao, arXiv 2312.00752): A discretised by the zero-order hold, B by
+dt B (the simplification Mamba's own implementation makes):
 
     a_t = exp(dt_t A)        b_t = dt_t x_t B_t        h_t = a_t * h_{t-1} + b_t        y_t = C_t h_t + D x_t
 
@@ -7,23 +8,23 @@ Two forms of the same recurrence, same signature, same results up to rounding:
 
 - ``selective_scan_reference``: one autograd step per token, every intermediate kept by autograd.
   The plain statement of the maths, and the reference the other form is tested against.
-- ``selective_scan_chunked`` (the default): the same steps in the same order, run in time chunks
-  of ``chunk_size`` tokens under a custom autograd Function. The forward keeps only the state
-  entering each chunk; the backward recomputes a chunk's states from it and runs the adjoint
-  recurrence backwards through the chunk:
+- ``selective_scan_chunked`` (the default): the same steps in the same order under a custom
+  autograd Function. The forward keeps only the state entering each chunk of ``chunk_size``
+  tokens; the backward recomputes one chunk's states from it and runs the adjoint recurrence
+  backwards through the chunk:
 
-      g_t = dL/dh_t = a_{t+1} * g_{t+1} + dy_t C_t^T          (g_T starts from dL/dh_T)
-      dL/da_t = g_t * h_{t-1}      dL/db_t = g_t      dL/dh_0 = a_1 * g_1
-      dL/dC_t = h_t^T dy_t         then the chain rule through a_t = exp(dt_t A) and b_t.
+      g_t = dL/dh_t = a_{t+1} * g_{t+1} + C_t dy_t          (starting from dL/dh_T)
+      dL/da_t = g_t * h_{t-1}      dL/db_t = g_t      dL/dh_0 = a_1 * g_1      dL/dC_t = h_t^T dy_t
+      then the chain rule through a_t = exp(dt_t A) and b_t = dt_t x_t B_t.
 
-Why this and not a parallel form: on one CPU thread the scan is memory-bound, and the sequential
-form does the least work (O(T E N) per row). A chunked matmul form (SSD-style, masked L x L scores
-per channel) or a Blelloch scan trade O(L) or O(log T) times more work for parallelism one thread
-cannot use, and the matmul form also needs exp(+cumulative log-decay) factors that overflow in
-float32 once dt * |A| summed over a chunk passes ~88. The reference's cost is elsewhere: autograd
-records ~5 ops per token and keeps every state and every per-token intermediate, (B, T, E, N)
-tensors several times over; here each chunk's working set, (chunk, B, E, N), stays in cache and
-the saved state is one (B, E, N) per chunk.
+Why a sequential form and not a parallel one: on one CPU thread the scan is bound by memory
+traffic, and the sequential form does the least work, O(T E N) per row. A chunked matmul form
+(SSD-style masked L x L scores per channel) or a Blelloch scan trade L or log T times more work for
+parallelism one thread cannot use, and the matmul form also needs exp(+cumulative log-decay)
+factors, which overflow float32 once dt |A| summed over a chunk passes ~88. The reference's cost
+lies elsewhere: autograd records several ops per token and keeps (B, T, E, N) tensors (decays,
+inputs, every state) several times over, far beyond the caches; here each operation touches one
+token's (B, E, N) slice, and what is kept for the backward is one such slice per chunk.
 """
 
 from __future__ import annotations
@@ -52,42 +53,40 @@ def selective_scan_reference(x, dt, A, Bm, Cm, D, h0=None):
     return y, h
 
 
-def _chunk_states(a, u, Bm, H):
-    """H[0] holds the state entering the chunk; fill H[1..L] with the chunk's states.
-    a: (L, B, N, E) decays; u = dt * x: (L, B, E); Bm: (L, B, N); H: (L + 1, B, N, E)."""
-    for i in range(a.shape[0]):
-        torch.mul(a[i], H[i], out=H[i + 1])                             # a_t * h_{t-1}
-        H[i + 1].addcmul_(Bm[i][:, :, None], u[i][:, None, :])          # + dt_t x_t B_t
+def _step(dt_t, At, u_t, B_t, h, a, out):
+    """One token: a = exp(dt_t A), out = a * h + B_t u_t^T (the state h_t, stored transposed).
+    dt_t, u_t = dt_t x_t: (B, E); At: (N, E); B_t: (B, N); h, a, out: (B, N, E)."""
+    torch.mul(dt_t[:, None, :], At, out=a).exp_()
+    torch.mul(a, h, out=out)
+    out.addcmul_(B_t[:, :, None], u_t[:, None, :])
 
 
 class _ChunkedScan(torch.autograd.Function):
-    """y_t = C_t h_t (without D x_t) and h_T. Time-major inputs and a transposed state, so that
-    every contraction is a matrix-vector product over contiguous rows: x, dt: (T, B, E);
-    At = A^T: (N, E); Bm, Cm: (T, B, N); h0: (B, N, E)."""
+    """y_t = C_t h_t (without D x_t) and h_T. Time-major inputs and the state stored as h^T, so that
+    each token's tensors are contiguous and every contraction is a matrix-vector product over
+    contiguous rows: x, dt: (T, B, E); At = A^T: (N, E); Bm, Cm: (T, B, N); h0: (B, N, E).
+
+    Every operation works on one token's (B, N, E) slice, which stays in cache, never on a whole
+    chunk at once; the chunk is the unit of what is kept: the state entering each chunk in the
+    forward, then one chunk's states and decays at a time in the backward."""
 
     @staticmethod
     def forward(ctx, x, dt, At, Bm, Cm, h0, chunk):
         T, Bsz, E = x.shape
         N = At.shape[0]
-        n_chunks = -(-T // chunk)
-        Lmax = min(chunk, T)
         u = dt * x                                                      # (T, B, E)
-        H = x.new_empty(Lmax + 1, Bsz, N, E)                            # one chunk's states, H[0] entering it
-        a = x.new_empty(Lmax, Bsz, N, E)
-        saved = x.new_empty(n_chunks, Bsz, N, E)                        # the state entering each chunk
-        y = x.new_full((T, Bsz, 1, E), float("nan"))                   # NaN: a chunk left unwritten shows
-        H[0] = h0
-        for c in range(n_chunks):
-            t0, t1 = c * chunk, min((c + 1) * chunk, T)
-            L = t1 - t0
-            saved[c] = H[0]
-            torch.mul(dt[t0:t1, :, None, :], At, out=a[:L]).exp_()      # a_t = exp(dt_t A)
-            _chunk_states(a[:L], u[t0:t1], Bm[t0:t1], H[:L + 1])
-            torch.matmul(Cm[t0:t1, :, None, :], H[1:L + 1], out=y[t0:t1])   # y_t = C_t h_t
-            H[0] = H[L]
+        h, h_next, a = h0.clone(), x.new_empty(Bsz, N, E), x.new_empty(Bsz, N, E)
+        saved = x.new_empty(-(-T // chunk), Bsz, N, E)                 # the state entering each chunk
+        y = x.new_full((T, Bsz, 1, E), float("nan"))                   # NaN: a token left unwritten shows
+        for t in range(T):
+            if t % chunk == 0:
+                saved[t // chunk] = h
+            _step(dt[t], At, u[t], Bm[t], h, a, h_next)
+            torch.matmul(Cm[t][:, None, :], h_next, out=y[t])           # y_t = C_t h_t
+            h, h_next = h_next, h
         ctx.save_for_backward(x, dt, At, Bm, Cm, saved)
         ctx.chunk = chunk
-        return y.view(T, Bsz, E), H[0].clone()
+        return y.view(T, Bsz, E), h
 
     @staticmethod
     @once_differentiable
@@ -97,38 +96,36 @@ class _ChunkedScan(torch.autograd.Function):
         T, Bsz, E = x.shape
         N = At.shape[0]
         gy = gy.contiguous()
-        g = ghT.clone()                                                 # a_{t+1} g_{t+1}, carried backwards
         u = dt * x
-        Lmax = min(chunk, T)
-        H = x.new_empty(Lmax + 1, Bsz, N, E)
-        a = x.new_empty(Lmax, Bsz, N, E)
-        G = x.new_empty(Lmax, Bsz, N, E)                                # g_t = dL/dh_t
-        P = x.new_empty(Lmax, Bsz, N, E)                                # a_t g_t, then dL/da_t * a_t
-        R = x.new_empty(Lmax, Bsz, N, E)                                # scratch
-        nan = float("nan")                                              # as y: a chunk left unwritten shows
+        L_max = min(chunk, T)
+        H = x.new_empty(L_max + 1, Bsz, N, E)                           # one chunk's states, H[0] entering it
+        a = x.new_empty(L_max, Bsz, N, E)                               # and its decays
+        G, Q = x.new_empty(Bsz, N, E), x.new_empty(Bsz, N, E)
+        carry = [x.new_empty(Bsz, N, E), x.new_empty(Bsz, N, E)]
+        W = x.new_zeros(Bsz, N, E)                                      # sum_t dt_t Q_t, summed over B at the end
+        nan = float("nan")                                              # as y: a token left unwritten shows
         gu, gB, gC = torch.full_like(u, nan), torch.full_like(Bm, nan), torch.full_like(Cm, nan)
         gdt = torch.full_like(dt, nan)
-        gAt = torch.zeros_like(At)
+        g = ghT.contiguous()                                            # a_{t+1} g_{t+1}: dL/dh_t from later tokens
         for c in reversed(range(saved.shape[0])):
             t0, t1 = c * chunk, min((c + 1) * chunk, T)
-            L = t1 - t0
             H[0] = saved[c]
-            torch.mul(dt[t0:t1, :, None, :], At, out=a[:L]).exp_()
-            _chunk_states(a[:L], u[t0:t1], Bm[t0:t1], H[:L + 1])
-            for i in reversed(range(L)):
-                torch.addcmul(g, Cm[t0 + i][:, :, None], gy[t0 + i][:, None, :], out=G[i])  # g_t
-                g = torch.mul(G[i], a[i], out=P[i])                                         # a_t g_t
-            g = g.clone()                                               # P is overwritten by the next chunk
-            Q = P[:L].mul_(H[:L])                                       # dL/da_t * a_t = a_t g_t h_{t-1}
-            # through a_t = exp(dt_t A): dL/dA += sum_t dt_t Q_t, dL/d dt_t = sum_n A Q_t
-            gAt += torch.mul(Q, dt[t0:t1, :, None, :], out=R[:L]).sum((0, 1))
-            torch.sum(Q.mul_(At), 2, out=gdt[t0:t1])
-            # b_t = B_t u_t^T with u_t = dt_t x_t: dL/du_t = B_t^T g_t, dL/dB_t = g_t u_t; y_t = C_t h_t: dL/dC_t = h_t dy_t
-            torch.matmul(Bm[t0:t1, :, None, :], G[:L], out=gu[t0:t1, :, None, :])
-            torch.matmul(u[t0:t1, :, None, :], G[:L].transpose(2, 3), out=gB[t0:t1, :, None, :])
-            torch.matmul(gy[t0:t1, :, None, :], H[1:L + 1].transpose(2, 3), out=gC[t0:t1, :, None, :])
+            for i in range(t1 - t0):                                    # recompute the chunk's states
+                _step(dt[t0 + i], At, u[t0 + i], Bm[t0 + i], H[i], a[i], H[i + 1])
+            for i in reversed(range(t1 - t0)):
+                t = t0 + i
+                torch.addcmul(g, Cm[t][:, :, None], gy[t][:, None, :], out=G)          # g_t = dL/dh_t
+                # y_t = C_t h_t: dL/dC_t = h_t dy_t; b_t = B_t u_t^T: dL/du_t = B_t^T g_t, dL/dB_t = g_t u_t
+                torch.matmul(gy[t][:, None, :], H[i + 1].transpose(1, 2), out=gC[t][:, None, :])
+                torch.matmul(Bm[t][:, None, :], G, out=gu[t][:, None, :])
+                torch.matmul(u[t][:, None, :], G.transpose(1, 2), out=gB[t][:, None, :])
+                g = torch.mul(G, a[i], out=carry[i % 2])                # a_t g_t, for h_{t-1}
+                torch.mul(g, H[i], out=Q)                               # Q_t = dL/da_t * a_t = a_t g_t h_{t-1}
+                # a_t = exp(dt_t A): dL/d dt_t = sum_n A Q_t, dL/dA = sum_t dt_t Q_t
+                W.addcmul_(Q, dt[t][:, None, :])
+                torch.sum(Q.mul_(At), 1, out=gdt[t])
         gdt += gu * x
-        return gu * dt, gdt, gAt, gB, gC, g, None
+        return gu * dt, gdt, W.sum(0), gB, gC, g.clone(), None
 
 
 def selective_scan_chunked(x, dt, A, Bm, Cm, D, h0=None, chunk_size: int = CHUNK_SIZE):
