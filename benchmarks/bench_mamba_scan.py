@@ -2,8 +2,8 @@
 
 Two measurements, each timing both forms interleaved round by round (reference, chunked, reference,
 chunked, ...) so that load from other processes hits both alike; figures are medians over the
-timed rounds, as wall-clock time and as this process's CPU time (user + system: on a shared
-machine the wall-clock time also counts the time spent waiting for a core):
+timed rounds, as wall-clock time and as this process's CPU time (user + system: while other
+processes compete for the cores, the wall-clock time also counts the waiting):
 
 1. one training step of the authors-small Mamba (``protot.models.build_model("mamba", "small",
    12288)`` with the authors' recipe overrides: dropout 0.1, untied head; batch 32 x 256), as
