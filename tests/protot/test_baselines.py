@@ -102,7 +102,8 @@ def test_generate_and_save_load(arch, tmp_path):
 @pytest.mark.parametrize("arch,field,value", [
     ("llama", "num_attention_heads", 3), ("llama", "rope_theta", 0.0), ("deltanet", "num_heads", 5),
     ("deltanet", "form", "parallel"), ("mamba", "state_size", 0), ("mamba", "dt_min", 1.0),
-    ("llama", "num_hidden_layers", 0), ("mamba", "rms_norm_eps", 0.0)])
+    ("llama", "num_hidden_layers", 0), ("mamba", "rms_norm_eps", 0.0), ("mamba", "scan", "loop"),
+    ("mamba", "chunk_size", 0)])
 def test_invalid_baseline_config_names_field(arch, field, value):
     with pytest.raises(ValueError, match=f"`{field}`"):
         build_model(arch, "tiny", VOCAB, **{field: value})

@@ -1,5 +1,5 @@
 """Mamba baseline (Gu & Dao, arXiv 2312.00752): the selective SSM as the token mixer of the shared
-LLaMA-style block. Pure torch (mamba-ssm needs CUDA), one scan step per token.
+LLaMA-style block. Pure torch (mamba-ssm needs CUDA); the scan is protot.models.selective_scan's.
 
     (x, z) = in_proj(u);  x = SiLU(conv(x));  (dt, B, C) = x_proj(x);  dt = softplus(dt_proj(dt))
     h_t = exp(dt_t A) h_{t-1} + dt_t B_t x_t      y_t = C_t h_t + D x_t      out = out_proj(y * SiLU(z))
@@ -15,11 +15,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from protot.models.common import BaseCausalLM, BaseLMConfig, ShortConv, _require
+from protot.models.selective_scan import selective_scan_chunked, selective_scan_reference
+
+#: config ``scan`` values: the chunked scan with its recomputing backward (the default), or the
+#: token-by-token reference; the same recurrence, so either runs the other's weights
+SCANS = ("chunked", "reference")
 
 
 class MambaBaselineConfig(BaseLMConfig):
     r"""state_size (N), expand (E = expand * d), conv_size, dt_rank (None -> ceil(d / 16)),
-    dt_min / dt_max: range of the initial step sizes (log-uniform)."""
+    dt_min / dt_max: range of the initial step sizes (log-uniform); scan: "chunked" or "reference"
+    (same results up to rounding), chunk_size: the chunked scan's chunk length (speed and memory only)."""
 
     model_type = "protot_mamba"
 
@@ -29,6 +35,8 @@ class MambaBaselineConfig(BaseLMConfig):
     dt_rank: int | None = None
     dt_min: float = 1e-3
     dt_max: float = 1e-1
+    scan: str = "chunked"
+    chunk_size: int = 16
 
     def validate_fields(self):
         super().validate_fields()
@@ -37,22 +45,12 @@ class MambaBaselineConfig(BaseLMConfig):
         _require(self.conv_size >= 1, "conv_size", f"must be >= 1, got {self.conv_size}")
         _require(self.dt_rank is None or self.dt_rank >= 1, "dt_rank", f"must be >= 1, got {self.dt_rank}")
         _require(0 < self.dt_min <= self.dt_max, "dt_min", f"need 0 < dt_min <= dt_max, got {self.dt_min}, {self.dt_max}")
+        _require(self.scan in SCANS, "scan", f"must be one of {SCANS}, got {self.scan!r}")
+        _require(self.chunk_size >= 1, "chunk_size", f"must be >= 1, got {self.chunk_size}")
 
 
-def selective_scan(x, dt, A, Bm, Cm, D, h0=None):
-    """x, dt: (B, T, E); A: (E, N); Bm, Cm: (B, T, N); D: (E,). Returns y (B, T, E), h_T (B, E, N)."""
-    Bsz, T, E = x.shape
-    h = x.new_zeros(Bsz, E, A.shape[1]) if h0 is None else h0
-    dA = torch.exp(dt[..., None] * A)                                   # (B, T, E, N)
-    dBx = (dt * x)[..., None] * Bm[:, :, None, :]                       # (B, T, E, N)
-    ys = []
-    # unbind (not [:, t]) so that backward stacks the per-step grads once instead of scattering
-    # each into a full-size zero tensor (O(T) instead of O(T^2) memory traffic)
-    for dA_t, dBx_t, C_t in zip(dA.unbind(1), dBx.unbind(1), Cm.unbind(1)):
-        h = dA_t * h + dBx_t
-        ys.append(torch.einsum("ben,bn->be", h, C_t))
-    y = torch.stack(ys, dim=1) + x * D                                  # (B, T, E)
-    return y, h
+#: the default form; x, dt: (B, T, E); A: (E, N); Bm, Cm: (B, T, N); D: (E,) -> y (B, T, E), h_T (B, E, N)
+selective_scan = selective_scan_chunked
 
 
 class MambaMixer(nn.Module):
@@ -88,7 +86,10 @@ class MambaMixer(nn.Module):
         dt = F.softplus(self.dt_proj(dt))                               # (B, T, E)
         A = -torch.exp(self.A_log.to(x.dtype))                          # (E, N)
         h0 = None if layer_cache is None else layer_cache.get("h")
-        y, h = selective_scan(x, dt, A, Bm, Cm, self.D.to(x.dtype), h0)
+        if self.config.scan == "reference":
+            y, h = selective_scan_reference(x, dt, A, Bm, Cm, self.D.to(x.dtype), h0)
+        else:
+            y, h = selective_scan_chunked(x, dt, A, Bm, Cm, self.D.to(x.dtype), h0, self.config.chunk_size)
         if layer_cache is not None:
             layer_cache["h"] = h.detach()
         return self.out_proj(y * F.silu(z)), None
