@@ -13,12 +13,24 @@ Matthews correlation x 100 on dev, here with a bootstrap interval over the dev s
                                      hidden state of the sentence's last token (a causal model has
                                      seen the whole sentence there), AdamW, cross-entropy; returns dev
                                      predictions and the training log
+    holdout_split(train, frac, seed) the training split cut in two (fit, held out) for choosing a
+                                     learning rate without looking at dev
+    select_lr(make_model, ...)       the grid's learning rate with the best held-out MCC
+    seed_mean_gap(y, preds_a, preds_b)   (gap, low, high) of the seed-mean MCC of two models, paired
+                                     percentile bootstrap over the same sentences
+    measure(...)                     ``protot/glue-cola`` as a compendium Measurement
+
+Batches are drawn by length buckets (a seeded permutation cut into pools of ``POOL`` batches, each
+pool sorted by length), so a batch pads to little more than its own longest sentence; the batch
+order is shuffled again. Features come from the model without its LM head (the head is swapped for
+the identity during the call), so no vocabulary-sized logits are computed.
 
 Sentences are right-padded in a batch; a causal model's states at real tokens do not depend on the
 padding after them, and the head reads the last real token.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 
@@ -29,8 +41,10 @@ import torch.nn.functional as F
 
 from compendium import paths
 
-__all__ = ["FILES", "load", "matthews", "mcc_interval", "majority_baseline", "bow_baseline", "encode",
-           "finetune"]
+__all__ = ["FILES", "POOL", "load", "matthews", "mcc_interval", "majority_baseline", "bow_baseline", "encode",
+           "batches", "finetune", "holdout_split", "select_lr", "seed_mean_gap", "measure"]
+
+POOL = 50   # batches per length-sorted pool
 
 FILES = {"train": ("in_domain_train.tsv",), "dev": ("in_domain_dev.tsv", "out_of_domain_dev.tsv")}
 
@@ -106,10 +120,36 @@ def encode(tokenizer, sentences, bos: int | None, max_len: int) -> tuple[torch.T
     return x, last
 
 
+def batches(lengths, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Indices of every item once, in batches of ``batch_size`` (the last may be smaller): a
+    permutation by ``rng`` cut into pools of POOL batches, each pool sorted by length, then the
+    batches shuffled."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    lengths = np.asarray(lengths)
+    order = rng.permutation(len(lengths))
+    out = []
+    for s in range(0, len(order), batch_size * POOL):
+        pool = order[s:s + batch_size * POOL]
+        pool = pool[np.argsort(lengths[pool], kind="stable")]
+        out += [pool[i:i + batch_size] for i in range(0, len(pool), batch_size)]
+    return [out[i] for i in rng.permutation(len(out))]
+
+
+@contextlib.contextmanager
+def _headless(model):
+    """The model's LM head swapped for the identity: its "logits" are the final normed states."""
+    head = model.get_output_embeddings()
+    model.set_output_embeddings(torch.nn.Identity())
+    try:
+        yield model
+    finally:
+        model.set_output_embeddings(head)
+
+
 def _features(model, x: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
-    out = model(input_ids=x, use_cache=False, output_hidden_states=True)
-    h = out.hidden_states[-1]                                          # (B, T, d): the last block's output
-    h = model.norm(h) if hasattr(model, "norm") else h                 # the final norm, as the LM head sees it
+    with _headless(model):
+        h = model(input_ids=x, use_cache=False).logits                 # (B, T, d): after the final norm
     return h[torch.arange(len(x)), last]                               # (B, d)
 
 
@@ -129,15 +169,14 @@ def finetune(model, tokenizer, train: pd.DataFrame, dev: pd.DataFrame, *, seed: 
     losses, step = [], 0
     model.train()
     for _ in range(epochs):
-        order = rng.permutation(len(x))
-        for s in range(0, len(order), batch_size):
-            b = torch.from_numpy(order[s:s + batch_size])
+        for b in batches(last.numpy(), batch_size, rng):
+            b = torch.from_numpy(b)
             T = int(last[b].max()) + 1
             loss = F.cross_entropy(head(_features(model, x[b, :T], last[b])), y[b])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            losses.append(float(loss))
+            losses.append(loss.item())
             step += 1
             if max_steps is not None and step >= max_steps:
                 break
@@ -145,10 +184,86 @@ def finetune(model, tokenizer, train: pd.DataFrame, dev: pd.DataFrame, *, seed: 
             break
     model.eval()
     xd, ld = encode(tokenizer, dev.sentence.tolist(), bos, max_len)
-    preds = []
+    pred = np.empty(len(xd), dtype=int)
     with torch.no_grad():
-        for s in range(0, len(xd), 128):
-            T = int(ld[s:s + 128].max()) + 1
-            preds.append(head(_features(model, xd[s:s + 128, :T], ld[s:s + 128])).argmax(-1))
-    return {"pred": torch.cat(preds).numpy().astype(int), "steps": step,
+        for b in batches(ld.numpy(), 128, np.random.default_rng(0)):
+            b = torch.from_numpy(b)
+            T = int(ld[b].max()) + 1
+            pred[b.numpy()] = head(_features(model, xd[b, :T], ld[b])).argmax(-1).numpy()
+    return {"pred": pred, "steps": step,
             "train_loss": float(np.mean(losses[-20:])) if losses else float("nan"), "seed": seed}
+
+
+def holdout_split(train: pd.DataFrame, frac: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(fit, held out): a share ``frac`` of the rows, drawn by numpy default_rng(seed), held out."""
+    if not 0 < frac < 1:
+        raise ValueError(f"frac must lie strictly between 0 and 1, got {frac}")
+    order = np.random.default_rng(seed).permutation(len(train))
+    n_held = max(1, round(frac * len(train)))
+    held, fit = np.sort(order[:n_held]), np.sort(order[n_held:])
+    return train.iloc[fit].reset_index(drop=True), train.iloc[held].reset_index(drop=True)
+
+
+def select_lr(make_model, tokenizer, train: pd.DataFrame, grid, *, frac: float, seed: int = 0,
+              epochs: int = 1, **kw) -> tuple[float, dict]:
+    """The learning rate of ``grid`` whose fine-tuning on the fit part of ``train`` scores the highest
+    MCC on its held-out part (ties: the first in the grid); dev is never touched.
+
+    ``make_model()`` returns a fresh copy of the pretrained model. Returns (lr, {lr: held-out MCC})."""
+    if not grid:
+        raise ValueError("the learning-rate grid is empty")
+    fit, held = holdout_split(train, frac, seed)
+    scores = {}
+    for lr in grid:
+        out = finetune(make_model(), tokenizer, fit, held, seed=seed, epochs=epochs, lr=lr, **kw)
+        scores[float(lr)] = matthews(held.label, out["pred"])
+    best = max(scores, key=lambda lr: (scores[lr], -list(scores).index(lr)))
+    return best, scores
+
+
+def seed_mean_gap(y, preds_a, preds_b, *, n_boot: int = 2000, seed: int = 0,
+                  level: float = 0.95) -> tuple[float, float, float]:
+    """(mean MCC of a - mean MCC of b, low, high): each model's MCC x 100 averaged over its seeds'
+    predictions, with a percentile bootstrap over sentences, one resample shared by both models and
+    all seeds (the comparison is paired)."""
+    y = np.asarray(y, dtype=int)
+    A = np.atleast_2d(np.asarray(preds_a, dtype=int))
+    B = np.atleast_2d(np.asarray(preds_b, dtype=int))
+    if A.shape[1] != len(y) or B.shape[1] != len(y):
+        raise ValueError(f"every prediction vector needs {len(y)} entries, got {A.shape[1]} and {B.shape[1]}")
+
+    def gap(i):
+        return np.mean([matthews(y[i], a[i]) for a in A]) - np.mean([matthews(y[i], b[i]) for b in B])
+
+    rng = np.random.default_rng(seed)
+    boot = np.array([gap(rng.integers(0, len(y), len(y))) for _ in range(n_boot)])
+    a = (1 - level) / 2
+    return float(gap(np.arange(len(y)))), float(np.quantile(boot, a)), float(np.quantile(boot, 1 - a))
+
+
+def measure(y, preds: dict, *, protot: str, llama: str, n_boot: int = 2000, seed: int = 0,
+            baselines: dict | None = None, config: dict | None = None, evidence: dict | None = None):
+    """``protot/glue-cola`` as a :class:`compendium.claims.Measurement`.
+
+    ``preds``: {model name: list of dev prediction vectors, one per seed}; ``protot`` and ``llama``
+    name the two compared models. values: ``cola_gap_to_llama`` (seed-mean MCC x 100, ProtoT minus
+    LLaMA) and each model's seed-mean score (``protot_cola``, ``llama_cola``), each with its 95%
+    bootstrap interval over dev sentences (``_ci_low``/``_ci_high``), and ``n_dev``."""
+    from compendium import claims
+
+    for name in (protot, llama):
+        if name not in preds or not len(preds[name]):
+            raise ValueError(f"no predictions for {name!r}; have {sorted(preds)}")
+    y = np.asarray(y, dtype=int)
+    none = [np.zeros(len(y), dtype=int)]          # a constant predictor: MCC 0, so the gap is the score
+    gap = seed_mean_gap(y, preds[protot], preds[llama], n_boot=n_boot, seed=seed)
+    p_score = seed_mean_gap(y, preds[protot], none, n_boot=n_boot, seed=seed)
+    l_score = seed_mean_gap(y, preds[llama], none, n_boot=n_boot, seed=seed)
+    values = {"n_dev": int(len(y))}
+    for key, (v, lo, hi) in (("cola_gap_to_llama", gap), ("protot_cola", p_score), ("llama_cola", l_score)):
+        values.update({key: v, f"{key}_ci_low": lo, f"{key}_ci_high": hi})
+    rows = [{"model": name, "seed": i, "mcc": matthews(y, p)} for name, ps in preds.items() for i, p in enumerate(ps)]
+    ev = {"per_seed": {name: [round(matthews(y, p), 3) for p in ps] for name, ps in preds.items()},
+          "baselines": {k: round(matthews(y, p), 3) for k, p in (baselines or {}).items()}, **(evidence or {})}
+    return claims.Measurement(claim="protot/glue-cola", values=values, evidence=ev,
+                              tables={"cola_scores": pd.DataFrame(rows)}, config=dict(config or {}))
