@@ -18,8 +18,15 @@ joins sigma, and p_k is the unit prototype. ``centered=True`` decomposes z_{t,k}
 an *atom*: (component, tap); taps before position 0 are zero padding and contribute 0. In float64
 the atoms sum to the model's own logit to rounding (tests/protot/test_circuits.py).
 
+That is compendium-v1's mixer. The authors' mixer (the default ProtoT; its pieces are in
+:mod:`protot.circuits_authors`) has no gate projection on the write side (the normed token x_t itself
+meets the prototypes), W_r on the read side past its shared-routing layer, no convolution before the
+routing (one tap), learned temperatures per head (centred: within the head), and channels read from
+the past only (s < t) with the values after its value convolution; the atoms are the same kinds.
+
     capture(model, ids) -> Capture                one forward pass with what the decomposition needs
     decompose(model, cap, layer, gate, ...)       -> Decomposition (atoms x prototypes, per row)
+    gate_softmax(model, layer, logits)            the gates from (summed) logits
     channel_sources(model, cap, layer, rows, positions, readout)   the channel terms split by source token
     trace(model, ids, positions, layer, prototype, ...) -> Trace   level 0 + one level of recursion
     draw_trace(trace, ax)                         the trace as a layered graph
@@ -42,6 +49,7 @@ import torch
 
 from compendium.stats import bootstrap_diff_ci as bootstrap_diff  # noqa: F401  (re-exported)
 from compendium.stats import bootstrap_mean_ci
+from protot import circuits_authors as authors
 from protot.mixer import gate_logits, read_query
 
 GATES = ("write", "read")
@@ -72,9 +80,10 @@ class Capture:
 
 def _check_protot(model):
     from protot.models.protot import ProtoMixer
+    from protot.models.protot_authors import AuthorsProtoMixer
 
     layers = getattr(model, "layers", None)
-    if layers is None or len(layers) == 0 or not isinstance(layers[0].mixer, ProtoMixer):
+    if layers is None or len(layers) == 0 or not isinstance(layers[0].mixer, (ProtoMixer, AuthorsProtoMixer)):
         raise ValueError("not a ProtoT model (no ProtoMixer layers)")
 
 
@@ -104,7 +113,8 @@ def capture(model, ids: torch.Tensor) -> Capture:
         hooks.append(block.mixer.register_forward_hook(keep("mixer_in", l, lambda a, o: a[0])))
         hooks.append(block.mixer.register_forward_hook(keep("mixer_out", l, lambda a, o: o[0])))
         hooks.append(block.ffn.register_forward_hook(keep("mlp_out", l, lambda a, o: o)))
-        hooks.append(block.mixer.value_proj.register_forward_hook(keep("values", l, lambda a, o: o)))
+        if not authors.is_authors(block.mixer):   # the authors' values are recomputed below
+            hooks.append(block.mixer.value_proj.register_forward_hook(keep("values", l, lambda a, o: o)))
     was_training = model.training
     model.eval()
     try:
@@ -114,6 +124,9 @@ def capture(model, ids: torch.Tensor) -> Capture:
         for h in hooks:
             h.remove()
         model.train(was_training)
+    for l, block in enumerate(model.layers):
+        if authors.is_authors(block.mixer):
+            rec["values"][l] = authors.values(block.mixer, rec["mixer_in"][l])
     return Capture(ids=ids.cpu(), embed=out.hidden_states[0], block_in=rec["block_in"], mixer_in=rec["mixer_in"],
                    mixer_out=rec["mixer_out"], mlp_out=rec["mlp_out"],
                    write=[g["write_gate"] for g in out.gates], read=[g["read_gate"] for g in out.gates],
@@ -156,9 +169,13 @@ def channel_terms(model, cap: Capture, layer: int, rows: torch.Tensor, positions
 
     Returns (terms (N, R, d): alpha W_o q_{t,k} S_{t,k}, summing over k to y_t; coef (N, T, R): the
     weight of source v_s in channel k's term, q_{t,k} beta_k^{t'-s} w_{s,k}, with t' = t (s <= t) or
-    t - 1 (include_current=False); zero for sources outside the prefix)."""
+    t - 1 (include_current=False); zero for sources outside the prefix). The authors' mixer:
+    :func:`protot.circuits_authors.channel_terms`."""
     mixer = model.layers[layer].mixer
     cfg = mixer.config
+    if authors.is_authors(mixer):
+        return authors.channel_terms(mixer, cap.write[layer][rows], cap.read[layer][rows, positions],
+                                     cap.values[layer][rows], positions)
     w = cap.write[layer][rows].double()                                 # (N, T, R)
     v = cap.values[layer][rows].double()                                # (N, T, d_v)
     r = cap.read[layer][rows, positions].double()                       # (N, R)
@@ -187,6 +204,18 @@ def _readout(model, cap: Capture, layer: int, gate: str, rows, pos, protos, cent
     mixer = model.layers[layer].mixer
     cfg = mixer.config
     norm = model.layers[layer].mixer_norm
+    h = cap.block_in[layer].double()
+    eps = torch.finfo(h.dtype).eps if norm.eps is None else norm.eps   # as the model's RMSNorm
+    gain = norm.weight.detach().double()
+    if authors.is_authors(mixer):   # one tap, no projection on the write side (protot.circuits_authors)
+        if gate not in GATES:
+            raise ValueError(f"gate must be one of {GATES}, got {gate!r}")
+        U = authors.readout_vectors(mixer, gate, centered)[:, protos]   # (d, K)
+        ht = h[rows, pos]
+        sigma = torch.rsqrt(ht.pow(2).mean(-1, keepdim=True) + eps)    # (N, 1)
+        rho = (sigma[:, :, None] * gain[None, :, None] * U[None])[:, None]   # (N, 1, d, K)
+        logit = authors.logits(mixer, gate, cap.mixer_in[layer][rows, pos].double(), centered)
+        return rho, logit[:, protos]
     Wp, tau = _gate_projection(mixer, gate)
     Wp = Wp.detach().double()                                           # (P, d)
     Pm = mixer.prototypes.detach().double()                             # (R, P)
@@ -204,8 +233,6 @@ def _readout(model, cap: Capture, layer: int, gate: str, rows, pos, protos, cent
     U = U[:, protos]                                                    # (d, K)
     W = mixer.conv.size if mixer.conv is not None else 1
     cw = mixer.conv.weight.detach().double() if mixer.conv is not None else None   # (d, W)
-    gain = norm.weight.detach().double()
-    h = cap.block_in[layer].double()
     xin = cap.mixer_in[layer].double()
     rho, xconv = [], 0.0
     for o in range(W):
@@ -213,7 +240,7 @@ def _readout(model, cap: Capture, layer: int, gate: str, rows, pos, protos, cent
         ok = (tp >= 0).double()[:, None]
         tpc = tp.clamp(min=0)
         ht = h[rows, tpc]                                               # (N, d)
-        sigma = torch.rsqrt(ht.pow(2).mean(-1, keepdim=True) + norm.eps) * ok     # (N, 1)
+        sigma = torch.rsqrt(ht.pow(2).mean(-1, keepdim=True) + eps) * ok          # (N, 1)
         tap = gain if cw is None else gain * cw[:, W - 1 - o]
         rho.append(sigma[:, :, None] * tap[None, :, None] * U[None])    # (N, d, K)
         xconv = xconv + ok * (xin[rows, tpc] if cw is None else cw[:, W - 1 - o] * xin[rows, tpc])
@@ -225,6 +252,14 @@ def _readout(model, cap: Capture, layer: int, gate: str, rows, pos, protos, cent
     if centered:
         logit = logit - logit.mean(-1, keepdim=True)
     return rho, logit[:, protos]
+
+
+def gate_softmax(model, layer: int, logits: torch.Tensor) -> torch.Tensor:
+    """The gates (N, R) of ``layer`` from its uncentred or centred logits (N, R), e.g. a
+    :class:`Decomposition`'s ``total()`` over all prototypes: the softmax over the layer's
+    prototypes, within each head for the authors' mixer."""
+    mixer = model.layers[layer].mixer
+    return authors.gate_softmax(mixer, logits) if authors.is_authors(mixer) else torch.softmax(logits, -1)
 
 
 # -- the decomposition ------------------------------------------------------------------------------------
@@ -318,6 +353,8 @@ def channel_sources(model, cap: Capture, layer: int, rows, positions, readout: t
     it is the channel atom of :func:`decompose` (with the matching readout rho_o)."""
     mixer = model.layers[layer].mixer
     _, coef = channel_terms(model, cap, layer, rows, positions)         # (N, T, R)
+    if authors.is_authors(mixer):
+        return authors.source_terms(mixer, coef, cap.values[layer][rows], readout)
     v = cap.values[layer][rows].double()                                # (N, T, d_v)
     vo = mixer.alpha.detach().double() * v @ mixer.out_proj.weight.detach().double().t()   # (N, T, d)
     return coef * torch.einsum("ntd,nd->nt", vo, readout.double())[:, :, None]

@@ -29,10 +29,10 @@ import torch
 
 
 GATE_KINDS = ("write", "read")
-DEFAULT_MODEL = "protot-cpu-small"
+DEFAULT_MODEL = "protot-authors-small"
 #: the local training run each committed ProtoT was exported from (models/README.md): the fallback of
 #: :func:`load_model` when the committed folder is missing
-RUNS = {"protot-cpu-small": ".cache/runs/protot-cpu-small", "protot-authors-small": ".cache/runs/protot-authors-small"}
+RUNS = {"protot-authors-small": ".cache/runs/protot-authors-small"}
 
 
 # -- the model a notebook uses ---------------------------------------------------------------------

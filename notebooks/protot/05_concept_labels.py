@@ -13,16 +13,19 @@
 # Gemma-3-270M, a model we did not train (centred over the mapped vocabulary; our 12k BPE tokens are
 # decoded and re-encoded by Gemma's tokenizer, only exact one-token matches take part:
 # `protot.labels.reference_embeddings`). Coherence can come from the rest of the model (the
-# embeddings and the key projection group similar tokens whatever the prototypes are), and
+# embeddings and the earlier layers group similar tokens whatever the prototypes are), and
 # concentration alone is not a concept. So the trained model is compared with **three null
 # families**, each with its write and read temperatures set so its gates are as sharp as the trained
 # model's: untrained ProtoTs of the same config; the trained model with its prototype vectors
-# re-drawn; and with its prototype vectors and read-routing projections re-drawn. The check, written
+# re-drawn; and with its prototype vectors and read-routing projections re-drawn (the read projection
+# W_r of every layer but the first, which reads with its write routing; no layer has a write projection:
+# the normed token itself meets the prototypes). The check, written
 # in `claims.yaml` before this measurement (its `history` gives the earlier checks and verdicts): the smallest
 # margin over the families (the trained model's mean coherence minus a family's) has its whole 95% bootstrap
 # interval (over alive prototypes) above 0. The model is a
-# parameter (`MODEL`); at the `cpu` profile the committed cpu-small ProtoT (6 layers x 256, 12 M
-# tokens of our corpus; see the model line below): far smaller and shorter-trained than the paper's
+# parameter (`MODEL`); at the `cpu` profile the committed ProtoT of the authors' architecture and
+# training recipe (`models/protot-authors-small`: 6 layers x 256, 12 M tokens of our corpus; see the
+# model line below): far smaller and shorter-trained than the paper's
 # large model, so its layer and prototype numbers cannot match the paper's (there is no L7 or L10).
 
 # %% tags=["parameters"]

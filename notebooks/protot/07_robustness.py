@@ -22,9 +22,10 @@
 # lies above or below LLaMA's (a paired bootstrap interval). Precondition: for every model the
 # meaning-changing edits move the distribution more than the meaning-preserving ones.
 #
-# Models are a protocol setting: the four equal-budget models (`models/*-authors-small`) once
-# committed, otherwise the committed equal-budget pair (`models/protot-cpu-small`,
-# `models/llama-cpu-small`: 6 x 256, 12 M tokens each); the lines printed below say which were measured.
+# Models are a protocol setting (`claims.yaml`): the committed equal-budget pair
+# (`models/protot-authors-small`, `models/llama-authors-small`: the authors' architecture and training
+# recipe, 6 x 256, 12 M tokens each; Mamba and DeltaNet join when their equal-budget models are
+# committed); the lines printed below say which were measured.
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
@@ -55,22 +56,15 @@ TOP_K = PROTOCOL["top_k"]
 BATCH = PROTOCOL["batch"]
 N_BOOT = PROTOCOL["n_boot"]
 TIE_REL = PROTOCOL["tie_rel"]   # the authors' ProtoT and LLaMA JS closer than 1% of their mean: a tie
-# model sets in order of preference; the first whose ProtoT and LLaMA are committed as final models is
-# measured (a snapshot of a run still training is not the equal-budget model)
-MODEL_SETS = [{"ProtoT": "protot-authors-small", "LLaMA": "llama-authors-small", "Mamba": "mamba-authors-small",
-               "DeltaNet": "deltanet-authors-small"},
-              {"ProtoT": "protot-cpu-small", "LLaMA": "llama-cpu-small"}]
+# the committed models, each named as the authors' tables name its architecture (registered in claims.yaml)
+NAMES = rb.model_labels(PROTOCOL["models"], lambda name: pretrained.manifest(name)["arch"])
 claim = claims.get_claim("protot/robustness-jsd")
 PAPER_JS = {m: {**claim.paper_value["js_preserving"][m], **claim.paper_value["js_changing"][m]}
             for m in claim.paper_value["js_preserving"]}
 AUTHORS = rb.authors_table(paths.papers_dir() / "protot" / "authors_robustness")
 
-have = {n for n in pretrained.available() if pretrained.manifest(n).get("status", "final") == "final"}
-chosen = next(s for s in MODEL_SETS if {s["ProtoT"], s["LLaMA"]} <= have)
-skipped = {k: v for k, v in chosen.items() if v not in have}
-NAMES = {k: v for k, v in chosen.items() if v in have}
-if skipped:
-    print(f"not committed, not measured: {skipped}")
+not_compared = [m for m in PAPER_JS if m not in NAMES]
+print("not compared (no model in the protocol):", ", ".join(not_compared) or "none")
 models = {label: pretrained.load(name, device=DEVICE) for label, name in NAMES.items()}
 for label, m in models.items():
     print(f"{label}: {pretrained.describe(m.name)}")
@@ -226,7 +220,7 @@ assert np.isfinite(pd.concat(scores.values())[METRICS]).all().all()
 assert all((s.js >= 0).all() and (s.js <= np.log(2) + 1e-12).all() for s in scores.values()), "a JS above ln 2"
 assert all(o[-1] == e[-1] for o, e in zip(pairs.original, pairs.edited)), "an edit touched the final mark"
 config = {"models": {k: pretrained.describe(m.name) for k, m in models.items()}, "model_names": NAMES,
-          "not_committed": skipped, "pairs_per_type": N_PER_TYPE, "sentences": len(sentences),
+          "not_compared": not_compared, "pairs_per_type": N_PER_TYPE, "sentences": len(sentences),
           "sentence_words": [MIN_WORDS, MAX_WORDS], "split": "validation", "top_k": TOP_K,
           "js_unit": "nats (bounded by ln 2)", "position": "after the last token (the final punctuation mark)",
           "spearman_over": "the union of the two top-10 sets", "bos": "<|endoftext|>"}

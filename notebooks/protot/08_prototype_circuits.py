@@ -17,9 +17,10 @@
 # An untrained ProtoT of the same configuration is measured the same way as a reference (evidence, not
 # part of the check).
 #
-# **Checked here:** at `cpu`, the committed cpu-small ProtoT (models/protot-cpu-small: the paper's
-# small backbone, 6 layers x 256, trained on 12 M tokens of our corpus) on the offline validation
-# text; the decomposition itself is exact on any ProtoT (tested on tiny random models; see below).
+# **Checked here:** at `cpu`, the committed ProtoT of the authors' architecture and training recipe
+# (models/protot-authors-small: the paper's small backbone, 6 layers x 256, trained on 12 M tokens of
+# our corpus) on the offline validation text; the decomposition itself is exact on either ProtoT
+# variant (tested on tiny random models; see below).
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
@@ -60,21 +61,25 @@ tid = concepts.token_id(tok, WORD)
 # Neither paper traces *why* a token writes into a prototype. In ProtoT this can be done exactly:
 # a gate logit of layer l is linear in the token's normalised residual stream, and that stream is
 # a sum of upstream parts (the embedding, every earlier mixer's output, every earlier MLP's output).
-# Holding each token's RMSNorm scale at its forward-pass value (and folding the norm gain into the
-# gate projection, as ACC++ folds its norms), the similarity to prototype k divided by the
-# temperature splits into one term per **atom**:
+# In the authors' mixer the write logit of prototype k is the normed token itself against p_k over
+# the layer's learned temperature (no projection); the read logit is the same in layer 0 and goes
+# through the read projection W_r in the later layers. Holding each token's RMSNorm scale at its
+# forward-pass value (and folding the norm gain into the readout, as ACC++ folds its norms), the logit
+# splits into one term per **atom**:
 #
 # - the token's embedding;
 # - each earlier MLP output;
-# - each earlier mixer's output, split per prototype channel: y_t = alpha W_o sum_k r_{t,k} c_{t,k};
-# - where the gate's layer has the causal convolution (layers 0 and 1 here), every atom once per
-#   tap: the atoms of the 3 preceding tokens reach the gate through the convolution (`@-1`, `@-2`, ...).
+# - each earlier mixer's output, split per prototype channel: y_t = alpha U sum_k r_{t,k} c_{t,k},
+#   where channel k holds the values of earlier tokens (s < t) that wrote into it (after the value
+#   convolution in layers 0 and 1, which acts on the values only, never on the routing: every atom
+#   sits at the token's own position).
 #
 # We decompose the **centred** logit (the logit minus its mean over the layer's prototypes): the
 # softmax sees only differences, so this is the *decision* to write into k rather than elsewhere.
 # `protot.circuits` holds the maths; `tests/protot/test_circuits.py` checks that the atoms sum to the
-# model's own logit to float64 rounding, for write and read gates, separate and shared keys, both
-# prefix conventions, dot and cosine similarity, and that the softmax of the sums is the model's gate.
+# model's own logit to float64 rounding, for write and read gates, on tiny models of the authors'
+# variant (one and two heads, shared and separate read routing) and of our earlier one, and that the
+# softmax of the sums is the model's gate.
 #
 # **The prototype** is chosen as in notebook 06 (the same library functions and settings): masked
 # one at a time on training contexts before " women", the largest drop of p(" women").
@@ -106,7 +111,7 @@ rows = []
 for l in range(m64.config.num_hidden_layers):
     for gate in ("write", "read"):
         d = circuits.decompose(m64, cap, l, gate, MID)
-        g = torch.softmax(d.total(), -1)
+        g = circuits.gate_softmax(m64, l, d.total())
         rows.append({"layer": l, "gate": gate, "atoms": d.contrib.shape[1], "max |logit|": float(d.logit.abs().max()),
                      "sum error": d.error(),
                      "softmax vs gate": float((g - ref[l][f"{gate}_gate"][:, MID].double().cpu()).abs().max())})
@@ -161,8 +166,9 @@ pd.DataFrame({"trained": {**{q: v[q] for q in ("embed_share", "embed_share_margi
 # ## Figure
 # Left: the trace as a graph (the strongest mean terms into each target; red raises the logit, blue
 # lowers it). Right: the share of the positive attribution by kind of atom at " women" and at the
-# null positions (own position; `earlier taps`: atoms of preceding tokens reaching the gate through the
-# convolution), and the embedding's share per occurrence.
+# null positions (own position; `earlier taps`: atoms of preceding tokens reaching the gate through a
+# convolution on the routing, which the authors' mixer does not have: 0 here), and the embedding's share
+# per occurrence.
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(16, 5), gridspec_kw={"width_ratios": [2.4, 1.2, 1.0]})

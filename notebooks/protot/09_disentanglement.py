@@ -20,8 +20,9 @@
 # Each kind has a null that should score lower: an untrained ProtoT whose gate entropies match the
 # trained one's, an untrained LLaMA, and a random dictionary with the SAE's top-k encoding. The
 # check in `claims.yaml` was written before this notebook first ran. At the `cpu` profile the models
-# are the committed cpu-small models (the paper's small backbone, 6 layers x 256, 12 M tokens each of our
-# corpus; see the model lines below), far from
+# are the committed equal-budget pair of the authors' architecture and training recipe
+# (`models/protot-authors-small`, `models/llama-authors-small`: the paper's small backbone, 6 layers x
+# 256, 12 M tokens each of our corpus; see the model lines below), far from
 # the paper's 12 x 512: the result is about these models and these definitions.
 
 # %% tags=["parameters"]

@@ -15,7 +15,8 @@
 # continuations. Everything comes from the claim's registered protocol in `claims.yaml` (registered
 # before this notebook first ran). **Scale:** the judge is SmolLM2-135M-Instruct, the strongest
 # instruction-tuned model that installs offline here (the paper's judge is a far larger LLM), and the
-# `cpu` models are the committed equal-budget pair (ProtoT and LLaMA, 6 layers x 256, 12 M tokens):
+# `cpu` models are the committed equal-budget pair (`models/protot-authors-small` and
+# `models/llama-authors-small`: the authors' architecture and training recipe, 6 layers x 256, 12 M tokens):
 # DeltaNet and Mamba are not compared yet, so the verdict is inconclusive by design until they are.
 
 # %% tags=["parameters"]

@@ -27,9 +27,20 @@ def women(tokenizer):
 
 
 def _model(vocab, seed=0, **overrides):
-    """A tiny ProtoT of the variant the committed models the concept tools read were trained with."""
+    """A tiny ProtoT of our earlier variant (compendium-v1; its write projection lets a test plant a prototype)."""
     torch.manual_seed(seed)
     return build_model("protot", "tiny", vocab, **{"variant": "compendium-v1", **overrides}).eval()
+
+
+def _authors_model(vocab, seed=0, **overrides):
+    """A tiny ProtoT of the authors' variant (the default: the committed protot-authors-small's)."""
+    torch.manual_seed(seed)
+    m = build_model("protot", "tiny", vocab, **overrides).eval()
+    assert m.config.variant == "authors"
+    return m
+
+
+VARIANT_MODELS = {"compendium-v1": _model, "authors": _authors_model}
 
 
 def _ids(n, women_id, seed=0, vocab_hi=400):
@@ -359,12 +370,13 @@ def test_the_concept_check_reads_the_smallest_margin_and_its_interval():
     assert m.evidence["family_margins"]["untrained"][0] == pytest.approx(float(fams.set_index("family").margin["untrained"]))
 
 
-def test_matched_null_and_an_untrained_model_fails_the_check(tokenizer):
+@pytest.mark.parametrize("variant", list(VARIANT_MODELS))
+def test_matched_null_and_an_untrained_model_fails_the_check(tokenizer, variant):
     """Untrained ProtoTs sharpened to the same gate entropy: one of them in the role of the trained
     model does not pass the check against the others (there is nothing learned to find)."""
     from compendium import claims
 
-    trained = _model(tokenizer.vocab_size, seed=0)
+    trained = VARIANT_MODELS[variant](tokenizer.vocab_size, seed=0)
     ids = _ids(12, C.token_id(tokenizer, " women"), seed=5)
     target = {k: 0.5 * v for k, v in C.mean_gate_entropy(trained, ids).items()}     # sharper than at init
     nulls = [C.matched_null(trained, s, ids, target, tol=0.01) for s in (11, 12, 13, 14)]
@@ -373,6 +385,10 @@ def test_matched_null_and_an_untrained_model_fails_the_check(tokenizer):
             assert n.entropy[kind] == pytest.approx(target[kind], rel=0.01)
         assert n.write_temperature < 1.0 and n.model.config is not trained.config
     assert trained.config.write_temperature == 1.0                  # the trained model is untouched
+    if variant == "authors":   # its learned temperatures are scaled by the factor found, the trained one's kept
+        for mt, mn in zip(trained.mixers(), nulls[0].model.mixers()):
+            assert float(mt.write_tau[0]) in (1.0, 3.0)
+            assert float(mn.write_tau[0]) == pytest.approx(float(mt.write_tau[0]) * nulls[0].write_temperature)
     again = C.matched_null(trained, 11, ids, target, tol=0.01)
     assert again.write_temperature == nulls[0].write_temperature     # deterministic
     ref = _synthetic_reference()
@@ -412,12 +428,40 @@ def test_redrawn_null_changes_only_what_it_redraws(tokenizer):
         labels.null_model(trained, "shuffled", 0, ids)
 
 
-def _clustered_model(vocab, clusters=8, seed=0):
+def test_redrawn_null_of_the_authors_variant_changes_only_what_it_redraws(tokenizer):
+    """The authors' variant has no write projection (the normed token is the write query) and reads
+    through W_r (``read_proj``) in every layer but the first (which reads with its write routing): the
+    second family re-draws the prototypes and those W_r; the temperature search scales the learned
+    temperatures (``write_tau``, ``read_tau``). Nothing else differs from the trained model."""
+    from protot import labels
+
+    trained = _authors_model(tokenizer.vocab_size, seed=0)
+    assert [labels.read_projection(mx) is None for mx in trained.mixers()] == [True, False]
+    assert labels.read_projection(trained.layers[1].mixer) is trained.layers[1].mixer.read_proj
+    before = {n: p.detach().clone() for n, p in trained.state_dict().items()}
+    ids = _ids(6, C.token_id(tokenizer, " women"), seed=2)
+    target = {k: 0.6 * v for k, v in C.mean_gate_entropy(trained, ids).items()}
+    for read_too in (False, True):
+        n = labels.redrawn_null(trained, 5, ids, target, read_projections=read_too, tol=0.01)
+        assert n.family == labels.NULL_FAMILIES[2 if read_too else 1]
+        redrawn = {".prototypes", ".write_tau", ".read_tau"} | ({".read_proj"} if read_too else set())
+        for name, p in n.model.state_dict().items():
+            same = torch.equal(p, before[name])
+            assert same != any(name.endswith(r) for r in redrawn), name   # exactly these tensors differ
+        for kind in ("write", "read"):
+            assert n.entropy[kind] == pytest.approx(target[kind], rel=0.01)
+    for name, p in trained.state_dict().items():          # the trained model is untouched
+        assert torch.equal(p, before[name]), name
+
+
+def _clustered_model(vocab, clusters=8, seed=0, variant="compendium-v1"):
     """A tiny ProtoT whose embeddings of ids 1..399 sit in ``clusters`` tight clusters (id % clusters,
-    as _synthetic_reference) and whose key projection of layer 0 is the identity: whatever its
+    as _synthetic_reference) and whose layer 0 routes the normed token itself (compendium-v1: its key
+    projection set to the identity; the authors' variant has no write projection): whatever its
     prototype vectors are, each one's top tokens come from one cluster. Coherence is then a property
     of the rest of the model, as an outside check found it to be in a trained one."""
-    m = _model(vocab, seed=seed, conv_layers=0, shared_keys=True)
+    authors = variant == "authors"
+    m = _authors_model(vocab, seed=seed) if authors else _model(vocab, seed=seed, conv_layers=0, shared_keys=True)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         E = m.get_input_embeddings().weight
@@ -425,7 +469,8 @@ def _clustered_model(vocab, clusters=8, seed=0):
         centres = torch.randn(clusters, d, generator=g)
         ids = torch.arange(1, 400)
         E[ids] = centres[ids % clusters] + 0.2 * torch.randn(len(ids), d, generator=g)
-        m.layers[0].mixer.key_proj.weight.copy_(torch.eye(d))
+        if not authors:
+            m.layers[0].mixer.key_proj.weight.copy_(torch.eye(d))
     return m
 
 
@@ -462,7 +507,8 @@ def _judged_at_the_floor(claim, values):
     return claims.evaluate(claim, {**values, "alive_prototypes": floor}, "cpu")[0]
 
 
-def test_every_null_fails_the_concept_check(tokenizer):
+@pytest.mark.parametrize("variant", list(VARIANT_MODELS))
+def test_every_null_fails_the_concept_check(tokenizer, variant):
     """Each null family in the role of the trained model, against the nulls (its own family's other
     seeds included): the registered check never says "holds" ("does not hold" when the whole interval of
     the smallest margin lies at or below 0, "inconclusive" when it straddles 0). The model's coherence
@@ -472,7 +518,7 @@ def test_every_null_fails_the_concept_check(tokenizer):
     from compendium import claims
     from protot import labels
 
-    trained = _clustered_model(tokenizer.vocab_size)
+    trained = _clustered_model(tokenizer.vocab_size, variant=variant)
     ids = _ids(16, C.token_id(tokenizer, " women"), seed=5)
     target = {k: 0.6 * v for k, v in C.mean_gate_entropy(trained, ids).items()}    # sharper than at init
     ref = _synthetic_reference()

@@ -131,9 +131,9 @@ def test_trained_prototypes_score_above_untrained():
     from protot import concepts
     from protot.train import packing, pretrained
 
-    if "protot-cpu-small" not in pretrained.available():
-        pytest.fail("models/protot-cpu-small is missing: restore the committed models (git checkout -- models/)")
-    m = pretrained.load("protot-cpu-small").model
+    if "protot-authors-small" not in pretrained.available():
+        pytest.fail("models/protot-authors-small is missing: restore the committed models (git checkout -- models/)")
+    m = pretrained.load("protot-authors-small").model
     ids = concepts.sample_blocks(packing.token_stream("validation"), 8, 128, seed=0)
     cls = D.frequent_classes(ids, n_classes=60, min_count=5)
     torch.manual_seed(1)

@@ -393,3 +393,26 @@ def test_measure_robustness_errors():
         rb.measure_robustness(pairs[pairs.edit_type != "number"], {k: s[pairs.edit_type != "number"] for k, s in scores.items()}, paper)
     with pytest.raises(ValueError, match="index"):
         rb.order_agreement(pairs, scores["ProtoT"].iloc[1:], paper["ProtoT"])
+
+
+def test_model_labels_name_the_protocols_models_as_the_authors_tables_do():
+    arch = {"p": "protot", "l": "llama", "m": "mamba", "d": "deltanet", "l2": "llama", "x": "gpt2"}.get
+    assert rb.model_labels(["p", "l"], arch) == {"ProtoT": "p", "LLaMA": "l"}
+    assert rb.model_labels(["d", "p", "m", "l"], arch) == {"DeltaNet": "d", "ProtoT": "p", "Mamba": "m", "LLaMA": "l"}
+    assert set(rb.ARCH_LABELS.values()) == set(rb.compare.AUTHOR_MODELS.values())   # every model of their tables
+    with pytest.raises(ValueError, match="two LLaMA models"):
+        rb.model_labels(["p", "l", "l2"], arch)
+    with pytest.raises(ValueError, match="'gpt2'"):
+        rb.model_labels(["p", "l", "x"], arch)
+    with pytest.raises(ValueError, match="needs a ProtoT and a LLaMA"):
+        rb.model_labels(["l", "m"], arch)
+
+
+def test_the_registered_models_are_committed_and_labelled():
+    from protot.train import pretrained
+
+    for profile in ("cpu", "paper"):
+        names = claims.protocol(CLAIM, profile)["models"]
+        assert set(names) <= set(pretrained.available()), names
+        labels = rb.model_labels(names, lambda n: pretrained.manifest(n)["arch"])
+        assert set(labels) <= set(claims.get_claim(CLAIM).paper_value["js_preserving"])

@@ -100,13 +100,13 @@ def test_train_config_validates_in_post_init():
 
 @pytest.fixture
 def fake_root(tmp_path, monkeypatch):
-    """A repository root (COMPENDIUM_ROOT) holding a copy of models/protot-cpu-small/config.json, real data and cache."""
+    """A repository root (COMPENDIUM_ROOT) holding a copy of models/protot-authors-small/config.json, real data and cache."""
     cache, data = paths.cache_dir(), paths.data_dir()
     root = tmp_path / "root"
-    for d in ("papers/protot", "notebooks", "models/protot-cpu-small"):
+    for d in ("papers/protot", "notebooks", "models/protot-authors-small"):
         (root / d).mkdir(parents=True)
     (root / "pyproject.toml").write_text("[project]\nname = 'x'\n")
-    shutil.copy(ROOT / "models/protot-cpu-small/config.json", root / "models/protot-cpu-small/config.json")
+    shutil.copy(ROOT / "models/protot-authors-small/config.json", root / "models/protot-authors-small/config.json")
     (root / "papers/protot/notes.md").write_text("notes\n")
     monkeypatch.setenv("COMPENDIUM_ROOT", str(root))
     monkeypatch.setenv("COMPENDIUM_CACHE", str(cache))
@@ -117,12 +117,12 @@ def fake_root(tmp_path, monkeypatch):
 
 
 def test_out_inside_models_or_papers_is_refused(fake_root, capsys, streams, tracked_unchanged):
-    committed = (fake_root / "models/protot-cpu-small/config.json").read_bytes()
-    for out in ("models/protot-cpu-small", str(fake_root / "models" / "new-run"), "papers/protot", "papers/run",
+    committed = (fake_root / "models/protot-authors-small/config.json").read_bytes()
+    for out in ("models/protot-authors-small", str(fake_root / "models" / "new-run"), "papers/protot", "papers/run",
                 "data/run"):
         _refused(capsys, cli_args(tiny_cfg(), out, "--max-steps", "1"), "holds committed files", ".cache/runs/")
-    assert (fake_root / "models/protot-cpu-small/config.json").read_bytes() == committed
-    assert sorted(p.name for p in (fake_root / "models").iterdir()) == ["protot-cpu-small"]
+    assert (fake_root / "models/protot-authors-small/config.json").read_bytes() == committed
+    assert sorted(p.name for p in (fake_root / "models").iterdir()) == ["protot-authors-small"]
     assert sorted(p.name for p in (fake_root / "papers").iterdir()) == ["protot"]
     assert sorted(p.name for p in (fake_root / "papers/protot").iterdir()) == ["notes.md"]
     assert not (fake_root / "data").exists()

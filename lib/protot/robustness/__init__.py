@@ -13,8 +13,8 @@ metrics per pair at the final position; the comparison of orders with the author
                                the control separation, the claim's Measurement
 """
 from protot.robustness.compare import (  # noqa: F401
-    authors_table, control_separation, direction_comparison, measure_robustness, min_order_agreement,
-    order_agreement, type_means, type_summary,
+    ARCH_LABELS, authors_table, control_separation, direction_comparison, measure_robustness, min_order_agreement,
+    model_labels, order_agreement, type_means, type_summary,
 )
 from protot.robustness.edits import Edit, Pair, apply_edit, final_mark, make_pairs, make_sentences, sites  # noqa: F401
 from protot.robustness.metrics import (  # noqa: F401

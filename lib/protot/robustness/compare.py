@@ -13,7 +13,8 @@ values are never compared; orders are:
   difference (a tie when it is below ``tie_rel`` of the two values' mean);
 - :func:`control_separation`: whether a model's JS under meaning-changing edits exceeds its JS
   under meaning-preserving ones (type means averaged with equal weight, bootstrap interval);
-- :func:`measure_robustness`: the claim ``protot/robustness-jsd`` as a Measurement.
+- :func:`measure_robustness`: the claim ``protot/robustness-jsd`` as a Measurement;
+  :func:`model_labels`: the protocol's models under the names the authors' tables use.
 """
 from __future__ import annotations
 
@@ -31,7 +32,27 @@ from protot.robustness.rules import CHANGING, PRESERVING
 #: the authors' model names -> ours
 AUTHOR_MODELS = {"ProtoAttn": "ProtoT", "ProtoT": "ProtoT", "LLaMA": "LLaMA", "Mamba": "Mamba",
                  "Deltanet": "DeltaNet", "DeltaNet": "DeltaNet"}
+#: our architectures (a committed model's MANIFEST ``arch``) -> the names the authors' tables use
+ARCH_LABELS = {"protot": "ProtoT", "llama": "LLaMA", "mamba": "Mamba", "deltanet": "DeltaNet"}
 METRICS = {"JS_mean": "js", "overlap_mean": "overlap", "spearman_mean": "spearman", "top1_same_rate": "top1"}
+
+
+def model_labels(names, arch_of) -> dict:
+    """{label: name} for the models ``names`` (a protocol's list of committed models), each labelled as
+    the authors' tables name its architecture (``arch_of(name)``, e.g. its manifest's ``arch``), in
+    the order given. ValueError for an architecture the tables do not name, or two models of one."""
+    out = {}
+    for name in names:
+        arch = arch_of(name)
+        if arch not in ARCH_LABELS:
+            raise ValueError(f"{name}: architecture {arch!r} is not one of the authors' ({sorted(ARCH_LABELS)})")
+        label = ARCH_LABELS[arch]
+        if label in out:
+            raise ValueError(f"two {label} models: {out[label]} and {name}")
+        out[label] = name
+    if "ProtoT" not in out or "LLaMA" not in out:
+        raise ValueError(f"the comparison needs a ProtoT and a LLaMA model, got {list(names)}")
+    return out
 
 
 def authors_table(folder: str | Path) -> pd.DataFrame:

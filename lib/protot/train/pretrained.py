@@ -5,16 +5,16 @@ config) and ``MANIFEST.json`` (architecture, training config, tokens seen, data,
 validation and WikiText-2 perplexity, sha256 of the weights, git revision).
 
     from protot.train import pretrained
-    m = pretrained.load("protot-cpu-small")  # verified against its MANIFEST; float32, eval mode
+    m = pretrained.load("protot-authors-small")  # verified against its MANIFEST; float32, eval mode
     m.model, m.tokenizer, m.manifest
-    print(pretrained.describe("protot-cpu-small"))  # one line saying which model a notebook used
+    print(pretrained.describe("protot-authors-small"))  # one line saying which model a notebook used
 
 Export a finished run (how the committed models were made: models/README.md):
 ``python -m protot.train.pretrained export .cache/runs/protot-authors-small protot-authors-small`` (an existing
 models/<name> is replaced only with ``--force``).
 
 Snapshot a run in progress (float16 weights and MANIFEST.json, no optimiser state, no evaluation):
-``python -m protot.train.pretrained snapshot .cache/runs/llama-cpu-small llama-cpu-small``. A
+``python -m protot.train.pretrained snapshot .cache/runs/llama-authors-small llama-authors-small``. A
 snapshot always goes to the same models/<name> and replaces the previous one; its manifest says
 ``"status": "in-progress"`` or ``"final"``, the steps done and planned, the budget history and the
 exact command that continues the run from it if the run folder is lost
