@@ -277,7 +277,10 @@ def test_compare_committed_skips_what_is_not_committed(monkeypatch):
     assert set(t["per_source"].model) == {"protot-x", "llama-x"} and "all" in set(t["per_source"].source)
     assert set(t["per_source"].status) == {"final", "in-progress"}
     assert (t["wikitext2"].source == "wikitext2").all() and len(t["wikitext2"]) == 2
-    assert t["wikitext2_gaps"][["model", "against"]].values.tolist() == [["protot-x", "llama-x"]]
+    assert t["wikitext2_gaps"][["model", "against", "against_status"]].values.tolist() == [["protot-x", "llama-x", "in-progress"]]
+    g = t["gaps"].set_index("source")                              # every model committed, whatever its status
+    assert (g.against == "llama-x").all() and g.loc["all", "gap_nats"] == pytest.approx(
+        float(np.mean(c.nll["protot-x"] - c.nll["llama-x"])), abs=1e-6)
     assert set(t["context_use"].first_half) == {"replaced", "shuffled", "removed"} and (t["context_use"].blocks == 3).all()
     assert set(t["usage"].model) == {"protot-x"}                      # prototype usage: the ProtoT only
     m = se.measure_ranking(c.nll, c.manifests, c.groups, 1000.0, n_boot=50)

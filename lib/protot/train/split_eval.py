@@ -240,7 +240,7 @@ class Committed:
     ids: np.ndarray                       # the validation blocks evaluated (sorted block ids)
     groups: np.ndarray                    # the source group of each of them
     nll: dict[str, np.ndarray]            # per committed model: the mean NLL of each block of ``ids``
-    tables: dict[str, pd.DataFrame]       # per_source, wikitext2, wikitext2_gaps, context_use, usage
+    tables: dict[str, pd.DataFrame]       # per_source, gaps, wikitext2, wikitext2_gaps, context_use, usage
     seconds_per_block: dict[str, float]   # per committed model: wall time of block_nll per block
 
 
@@ -260,8 +260,9 @@ def compare_committed(names: list[str], *, context: int = 256, blocks: int | Non
     intervals ("per_source"), its WikiText-2 (test) perplexity on ``wiki_blocks`` seeded blocks
     ("wikitext2"; None: every block), its first-half costs on ``context_blocks`` seeded validation
     blocks ("context_use") and, for a ProtoT, prototype usage per layer on ``usage_blocks`` ("usage");
-    "wikitext2_gaps": the paired WikiText-2 gap of the first name minus each later one. Each row
-    names the model, its architecture and status."""
+    "gaps" and "wikitext2_gaps": the paired gap of the first name minus each later one (per source
+    group, and on WikiText-2), whatever their status. Each row names the model, its architecture and
+    status (a gap row: the model it is against and that one's status)."""
     from protot.train import pretrained
 
     have = set(pretrained.available())
@@ -277,7 +278,7 @@ def compare_committed(names: list[str], *, context: int = 256, blocks: int | Non
     wiki_group = np.array(["wikitext2"] * len(wiki_ids))
     boot = {"n_boot": n_boot, "seed": seed}
     nll, wiki_nll, secs = {}, {}, {}
-    tables = {k: [] for k in ("per_source", "wikitext2", "wikitext2_gaps", "context_use", "usage")}
+    tables = {k: [] for k in ("per_source", "gaps", "wikitext2", "wikitext2_gaps", "context_use", "usage")}
     for name, man in manifests.items():
         if man is None:
             continue
@@ -296,8 +297,10 @@ def compare_committed(names: list[str], *, context: int = 256, blocks: int | Non
             tables["usage"].append(usage(m, packing.gather(stream, use_ids, context)).assign(**label))
     ref = names[0] if names else None
     for other in (n for n in nll if n != ref and ref in nll):
+        pair = {"model": ref, "against": other, "against_status": status_of(manifests[other])}
+        tables["gaps"].append(gaps(nll[ref], nll[other], groups[ids], **boot).assign(**pair))
         w = gaps(wiki_nll[ref], wiki_nll[other], wiki_group, **boot).query("source == 'all'")
-        tables["wikitext2_gaps"].append(w.assign(source="wikitext2", model=ref, against=other))
+        tables["wikitext2_gaps"].append(w.assign(source="wikitext2", **pair))
     out = {k: pd.concat(v, ignore_index=True) if v else pd.DataFrame() for k, v in tables.items()}
     return Committed(manifests, ids, groups[ids], nll, out, secs)
 
