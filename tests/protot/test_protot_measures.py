@@ -163,30 +163,15 @@ def test_ppl():
     fits_ledger(m)
     p = evaluate.measure_ppl("protot", _ppl_table(), pd.DataFrame(), 900.0, man, False, "")
     assert p.values["val_ppl"] == 120.0 and "models/llama-cpu val_ppl" not in p.evidence
+    snapshot = {"llama-cpu": {"arch": "llama", "eval": {}, "tokens_seen": 99}}          # no evaluation yet
+    assert "models/llama-cpu val_ppl" not in evaluate.measure_ppl(
+        "llama", _ppl_table(), pd.DataFrame(), 900.0, snapshot, False, "").evidence
     with pytest.raises(ValueError, match="no perplexity claim"):
         evaluate.measure_ppl("mamba", _ppl_table(), pd.DataFrame(), 900.0, {}, False, "")
     with pytest.raises(ValueError, match="no model 'deltanet'"):
         evaluate.measure_ppl("deltanet", _ppl_table().iloc[[0, 1]], pd.DataFrame(), 900.0, {}, False, "")
     with pytest.raises(ValueError, match="val ppl"):
         evaluate.measure_ppl("llama", _ppl_table().drop(columns=["val ppl"]), pd.DataFrame(), 900.0, {}, False, "")
-
-
-def test_ppl_ranking():
-    from protot.train import evaluate
-
-    m = evaluate.measure_ppl_ranking(_ppl_table(), 600.0, "tiny.")
-    assert m.values == {"protot_trails_llama": True, "protot_trails_mamba": True,
-                        "protot_deltanet_gap": pytest.approx(120 / 110 - 1), "worst_ppl_over_unigram": 0.2}
-    assert m.evidence["order trained here (best first)"] == "llama < mamba < deltanet < protot"
-    assert set(m.evidence["source"].values()) == {"trained here"}
-    assert m.note.startswith("validation perplexity, best first: llama 100.0 < mamba 105.0")
-    fits_ledger(m)
-    with pytest.raises(ValueError, match="mamba"):
-        evaluate.measure_ppl_ranking(_ppl_table().drop(index=3), 600.0, "")
-    with pytest.raises(ValueError, match="unigram"):
-        evaluate.measure_ppl_ranking(_ppl_table(), 0.0, "")
-    with pytest.raises(ValueError, match="appears twice"):
-        evaluate.measure_ppl_ranking(pd.concat([_ppl_table(), _ppl_table().iloc[[0]]]), 600.0, "")
 
 
 def _manifest(arch, non_embedding=4_490_000, **changes):
@@ -226,42 +211,14 @@ def test_equal_budget_names_every_difference():
         evaluate.equal_budget({"a": _manifest("llama")})
 
 
-def test_ppl_ranking_from_a_committed_pair():
-    from protot.train import evaluate
-
-    pair = {"protot-cpu-small": _manifest("protot"), "llama-cpu-small": _manifest("llama")}
-    m = evaluate.measure_ppl_ranking(_ppl_table(), 600.0, "tiny.", pair=pair)
-    assert m.evidence["val_ppl (committed pair)"] == {"protot (models/protot-cpu-small)": 90.0,
-                                                      "llama (models/llama-cpu-small)": 80.0}
-    assert m.evidence["source"]["protot vs llama"].startswith("models/protot-cpu-small and models/llama-cpu-small")
-    assert m.evidence["source"]["protot vs mamba"] == "trained here"
-    # ProtoT vs LLaMA from the pair; ProtoT vs Mamba and DeltaNet between the models trained here (protot 120):
-    # the committed ProtoT (90) is not compared with models that saw far fewer tokens
-    assert m.values["protot_trails_llama"] is True
-    assert m.values["protot_trails_mamba"] is True
-    assert m.values["protot_deltanet_gap"] == pytest.approx(abs(120 / 110 - 1))
-    assert m.values["worst_ppl_over_unigram"] == pytest.approx(120 / 600)  # over every model the comparisons read
-    assert "committed pair: protot 90.0 vs llama 80.0" in m.note
-    fits_ledger(m)
-    weak = evaluate.measure_ppl_ranking(_ppl_table(), 600.0, "", pair={
-        **pair, "llama-cpu-small": _manifest("llama", eval={"validation": {"ppl": 700.0}})})
-    assert weak.values["protot_trails_llama"] is False and weak.values["worst_ppl_over_unigram"] == pytest.approx(700 / 600)
-    swapped = {"protot-cpu-small": _manifest("protot", eval={"validation": {"ppl": 70.0}}),
-               "llama-cpu-small": _manifest("llama")}
-    assert evaluate.measure_ppl_ranking(_ppl_table(), 600.0, "", pair=swapped).values["protot_trails_llama"] is False
-    with pytest.raises(ValueError, match="equal size and tokens"):
-        evaluate.measure_ppl_ranking(_ppl_table(), 600.0, "", pair={**pair, "llama-cpu-small": _manifest("llama", steps=200)})
-    with pytest.raises(ValueError, match="one ProtoT and one LLaMA"):
-        evaluate.measure_ppl_ranking(_ppl_table(), 600.0, "", pair={"a": _manifest("llama"), "b": _manifest("llama")})
-
-
 def test_training_protocol_is_the_notebooks_earlier_settings():
-    """protot/02's registered protocol gives the recipe the notebook used before it was registered (cpu: the
-    smoke training profile shrunk to 80 steps of 8 x 64 tokens; paper: the paper-large profile), for every
-    claim of the notebook, and a smaller smoke recipe."""
+    """protot/02's registered training protocol gives the recipe the notebook used before it was registered
+    (cpu: the smoke training profile shrunk to 80 steps of 8 x 64 tokens; paper: the paper-large profile),
+    for every claim of the notebook that trains here (ppl-ranking has its own protocol), and a smaller
+    smoke recipe."""
     from protot.train import config, sweep
 
-    keys = ["protot/ppl-protot-large", "protot/ppl-llama-large", "protot/ppl-deltanet-large", "protot/ppl-ranking"]
+    keys = ["protot/ppl-protot-large", "protot/ppl-llama-large", "protot/ppl-deltanet-large"]
     for profile in ("cpu", "paper", "smoke"):
         assert len({str(claims.protocol(k, profile)) for k in keys}) == 1, profile       # one shared block
     cpu, paper, smoke = (claims.protocol(keys[0], p) for p in ("cpu", "paper", "smoke"))
@@ -271,7 +228,8 @@ def test_training_protocol_is_the_notebooks_earlier_settings():
     assert sweep.grid_config(paper, seed=3) == config.profile("paper-large", seed=3)
     assert (cpu["eval_blocks"], paper["eval_blocks"], cpu["gen_tokens"], paper["gen_tokens"]) == (64, "all", 24, 60)
     assert cpu["archs"] == paper["archs"] == ["protot", "llama", "deltanet", "mamba"]
-    assert cpu["models"] == paper["models"] == ["protot-cpu-small", "llama-cpu-small"]
+    assert cpu["models"] == paper["models"] == ["protot-authors-small", "llama-authors-small"]
+    assert claims.protocol("protot/ppl-ranking", "cpu") != cpu                          # its own block
     small = sweep.grid_config(smoke, seed=0)
     assert small.tokens < sweep.grid_config(cpu, seed=0).tokens and small.context == 64 and smoke["eval_blocks"] < 64
 

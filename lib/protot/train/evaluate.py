@@ -75,7 +75,7 @@ def unigram_perplexity(split: str = "validation", lang: str = "en") -> float:
     return float(math.exp(-logp[target].mean()))
 
 
-# --- the claims of notebook protot/02_training ---
+# --- the claims of notebook protot/02_training (protot/ppl-ranking: split_eval.measure_ranking) ---
 
 PPL_CLAIMS = {"protot": "protot/ppl-protot-large", "llama": "protot/ppl-llama-large",
               "deltanet": "protot/ppl-deltanet-large"}
@@ -98,8 +98,8 @@ def measure_ppl(arch: str, table, curves, unigram: float, committed: dict[str, d
     ``table``: one row per model (``model``, ``source`` starting with "trained" for the models trained
     in this run, ``val ppl``, ``val bits/byte``, ``WikiText-2 ppl``); ``curves``: the training curves
     (recorded with it); ``committed``: {name: manifest} of committed models (a model of the same
-    architecture adds its own validation perplexity and tokens as evidence); ``scale_note``: prose on the
-    setting, appended to the note.
+    architecture with an evaluation, not a snapshot, adds its own validation perplexity and tokens as
+    evidence); ``scale_note``: prose on the setting, appended to the note.
     """
     from compendium.claims import Measurement
 
@@ -113,7 +113,7 @@ def measure_ppl(arch: str, table, curves, unigram: float, committed: dict[str, d
     evidence = {"wikitext2_ppl": float(row["WikiText-2 ppl"].iloc[0]),
                 "val_bits_per_byte": float(row["val bits/byte"].iloc[0]), "unigram_ppl": unigram}
     same = {man["arch"]: (name, man) for name, man in committed.items()}  # one committed model per architecture
-    if arch in same:
+    if arch in same and same[arch][1].get("eval"):                         # a snapshot has no evaluation
         name, man = same[arch]
         evidence[f"models/{name} val_ppl"] = man["eval"]["validation"]["ppl"]
         evidence[f"models/{name} tokens"] = man["tokens_seen"]
@@ -157,60 +157,3 @@ def equal_budget(manifests: dict[str, dict], tolerance: float = 0.01) -> tuple[b
     if max(sizes.values()) > (1 + tolerance) * min(sizes.values()):
         why.append(f"non-embedding parameters differ by more than {tolerance:.0%}: {sizes}")
     return not why, why
-
-
-def measure_ppl_ranking(table, unigram: float, scale_note: str, config: dict | None = None,
-                        pair: dict[str, dict] | None = None):
-    """Claim protot/ppl-ranking: ProtoT trails LLaMA and Mamba and is close to DeltaNet, each comparison
-    between models trained at equal size and tokens; ``worst_ppl_over_unigram`` (power precondition) is
-    the worst validation perplexity over unigram among the models the comparisons read, so it says
-    whether every one of them learned beyond token frequencies.
-
-    Without ``pair`` all three comparisons read the validation perplexities of the models trained in
-    this run (the ``table`` rows whose source starts with "trained"). ``pair``: ``{name: MANIFEST}`` of a
-    committed ProtoT and LLaMA trained at equal size and tokens (:func:`equal_budget` must accept them):
-    ProtoT vs LLaMA is then read from them, while ProtoT vs Mamba and ProtoT vs DeltaNet stay between
-    the models trained here (no committed Mamba or DeltaNet: comparing them with the committed ProtoT
-    would not be at equal tokens). ``evidence["source"]`` says where each comparison comes from."""
-    from compendium.claims import Measurement
-
-    ours = _trained_here(table)
-    here = dict(zip(ours["model"], (float(v) for v in ours["val ppl"])))
-    missing = [a for a in ("protot", "llama", "mamba", "deltanet") if a not in here]
-    if missing:
-        raise ValueError(f"measure_ppl_ranking: no model trained here for {missing}")
-    if not unigram > 0:
-        raise ValueError(f"measure_ppl_ranking: the unigram perplexity must be positive, got {unigram}")
-    vs_llama = {a: here[a] for a in ("protot", "llama")}
-    source = {"protot vs llama": "trained here", "protot vs mamba": "trained here",
-              "protot vs deltanet": "trained here"}
-    evidence = {"val_ppl (trained here)": here}
-    if pair is not None:
-        by_arch = {m["arch"]: (n, m) for n, m in pair.items()}
-        if sorted(by_arch) != ["llama", "protot"] or len(pair) != 2:
-            raise ValueError(f"measure_ppl_ranking: the pair must be one ProtoT and one LLaMA, got "
-                             f"{ {n: m['arch'] for n, m in pair.items()} }")
-        ok, why = equal_budget(pair)
-        if not ok:
-            raise ValueError("measure_ppl_ranking: the pair was not trained at equal size and tokens: " + "; ".join(why))
-        vs_llama = {a: float(m["eval"]["validation"]["ppl"]) for a, (n, m) in by_arch.items()}
-        tokens = next(iter(pair.values()))["tokens_seen"]
-        source["protot vs llama"] = (f"models/{by_arch['protot'][0]} and models/{by_arch['llama'][0]} "
-                                     f"({tokens:,} tokens each)")
-        evidence["val_ppl (committed pair)"] = {f"{a} (models/{n})": vs_llama[a] for a, (n, _) in by_arch.items()}
-    used = [*vs_llama.values(), here["protot"], here["mamba"], here["deltanet"]]
-    order_here = sorted(here, key=here.get)
-    note = "validation perplexity, best first: " + " < ".join(f"{a} {here[a]:.1f}" for a in order_here) + " (trained here)"
-    if pair is not None:
-        note += (f"; committed pair: protot {vs_llama['protot']:.1f} vs llama {vs_llama['llama']:.1f} "
-                 f"({source['protot vs llama']})")
-    return Measurement(
-        "protot/ppl-ranking",
-        values={"protot_trails_llama": bool(vs_llama["protot"] > vs_llama["llama"]),
-                "protot_trails_mamba": bool(here["protot"] > here["mamba"]),
-                "protot_deltanet_gap": abs(here["protot"] / here["deltanet"] - 1),
-                "worst_ppl_over_unigram": max(used) / unigram},
-        evidence={"order trained here (best first)": " < ".join(order_here), "unigram_ppl": unigram,
-                  "source": source, **evidence},
-        tables={"02_perplexity": table}, config=dict(config or {}),
-        note=note + "; " + scale_note)

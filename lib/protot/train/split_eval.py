@@ -18,11 +18,18 @@ so a perplexity over "the first 512 blocks" describes one source. Here:
     usage(model, blocks)              per layer of a ProtoT: effective number of prototypes (exp of the
                                       entropy of the mean write gate), the largest share, prototypes
                                       below a mass share of ``dead_share`` (dead)
-    compare_committed(names)          all of the above for committed models on the same blocks
+    compare_committed(names)          all of the above for committed models on the same blocks (a model
+                                      not committed is kept in the list and skipped)
+    measure_ranking(nll, manifests)   claim protot/ppl-ranking: ProtoT's mean NLL gap to LLaMA, Mamba and
+                                      DeltaNet over the same blocks with paired intervals, from final
+                                      committed models at equal size and tokens (a gap to a model missing
+                                      or not final: None, not measured)
 """
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -34,7 +41,8 @@ from protot.train import packing
 from protot.train import tokenizer as tk
 
 __all__ = ["SOURCE_GROUPS", "source_group", "block_sources", "stratified_blocks", "block_nll", "per_source",
-           "gaps", "first_half_costs", "usage"]
+           "gaps", "first_half_costs", "usage", "RANKED", "status_of", "Committed", "compare_committed",
+           "measure_ranking"]
 
 #: source field of a corpus document -> the group evaluations report it under
 SOURCE_GROUPS = {"openstax": "textbooks", "wikipedia-vital-l4-summary": "wikipedia", "brown": "brown",
@@ -212,37 +220,164 @@ def usage(model, blocks: torch.Tensor, *, dead_share: float = 1e-3, batch_size: 
                          "dead": table.rarely_used.to_numpy(), "dead_share_floor": dead_share})
 
 
+# --- committed models on the same blocks, and the ranking of claim protot/ppl-ranking ---
+
+#: the architectures the ranking compares, ProtoT first: each gap is ProtoT's NLL minus another's
+RANKED = ("protot", "llama", "mamba", "deltanet")
+NOT_COMMITTED = "not committed"
+
+
+def status_of(manifest: dict | None) -> str:
+    """A committed model's status as its MANIFEST says ("final", "in-progress"); "not committed"
+    for None (no models/<name>)."""
+    return NOT_COMMITTED if manifest is None else str(manifest.get("status", "unknown"))
+
+
+@dataclass
+class Committed:
+    """Committed models evaluated on the same blocks (:func:`compare_committed`)."""
+    manifests: dict[str, dict | None]    # every model asked for, in order; None: not committed
+    ids: np.ndarray                       # the validation blocks evaluated (sorted block ids)
+    groups: np.ndarray                    # the source group of each of them
+    nll: dict[str, np.ndarray]            # per committed model: the mean NLL of each block of ``ids``
+    tables: dict[str, pd.DataFrame]       # per_source, gaps, wikitext2, wikitext2_gaps, context_use, usage
+    seconds_per_block: dict[str, float]   # per committed model: wall time of block_nll per block
+
+
+def _seeded_ids(n_total: int, n: int | None, rng: np.random.Generator) -> np.ndarray:
+    """Sorted ids of ``n`` of ``n_total`` blocks drawn without replacement (every block for None or n >= n_total)."""
+    if n is None or n >= n_total:
+        return np.arange(n_total)
+    return np.sort(rng.choice(n_total, size=n, replace=False))
+
+
 def compare_committed(names: list[str], *, context: int = 256, blocks: int | None = None, seed: int = 0,
-                      usage_blocks: int = 64, context_blocks: int = 256) -> dict[str, pd.DataFrame]:
-    """Committed models (``models/<name>``) on the same blocks: per-source perplexity of each
-    ("per_source"), the paired gap of every later model against the first ("gaps"), WikiText-2
-    ("wikitext2"), first-half costs ("context_use") and, for ProtoTs, prototype usage ("usage").
-    ``blocks``: a stratified sample of that many validation blocks (None: every block)."""
+                      n_boot: int = 2000, wiki_blocks: int | None = None, context_blocks: int = 256,
+                      usage_blocks: int = 64, device: str | torch.device = "cpu") -> Committed:
+    """Committed models (``models/<name>``) on the same blocks. A name with no committed model is kept
+    (manifest None) and skipped. For each committed one: the NLL of every validation block of a
+    stratified sample of ``blocks`` (None: every block), its perplexity per source group with
+    intervals ("per_source"), its WikiText-2 (test) perplexity on ``wiki_blocks`` seeded blocks
+    ("wikitext2"; None: every block), its first-half costs on ``context_blocks`` seeded validation
+    blocks ("context_use") and, for a ProtoT, prototype usage per layer on ``usage_blocks`` ("usage");
+    "gaps" and "wikitext2_gaps": the paired gap of the first name minus each later one (per source
+    group, and on WikiText-2), whatever their status. Each row names the model, its architecture and
+    status (a gap row: the model it is against and that one's status)."""
     from protot.train import pretrained
 
+    have = set(pretrained.available())
+    manifests = {n: pretrained.manifest(n) if n in have else None for n in names}
     stream = packing.token_stream("validation")
     groups = block_sources(context, stream=stream)
-    ids = stratified_blocks(groups, blocks if blocks is not None else len(groups), seed=seed)
+    ids = stratified_blocks(groups, len(groups) if blocks is None else blocks, seed=seed)
     wiki = packing.token_stream("wikitext2-test")
-    wiki_ids = np.arange(packing.blocks(wiki, context))
     rng = np.random.default_rng(seed)
-    ctx_ids = np.sort(rng.choice(len(groups), size=min(context_blocks, len(groups)), replace=False))
-    use_ids = np.sort(rng.choice(len(groups), size=min(usage_blocks, len(groups)), replace=False))
-    nll, wiki_nll, tables = {}, {}, {"per_source": [], "gaps": [], "wikitext2": [], "context_use": [], "usage": []}
-    for name in names:
-        m = pretrained.load(name).model
+    wiki_ids = _seeded_ids(packing.blocks(wiki, context), wiki_blocks, rng)
+    ctx_ids = _seeded_ids(len(groups), context_blocks, rng)
+    use_ids = _seeded_ids(len(groups), usage_blocks, rng)
+    wiki_group = np.array(["wikitext2"] * len(wiki_ids))
+    boot = {"n_boot": n_boot, "seed": seed}
+    nll, wiki_nll, secs = {}, {}, {}
+    tables = {k: [] for k in ("per_source", "gaps", "wikitext2", "wikitext2_gaps", "context_use", "usage")}
+    for name, man in manifests.items():
+        if man is None:
+            continue
+        label = {"model": name, "arch": man["arch"], "status": status_of(man)}
+        m = pretrained.load(name, device=device).model
+        start = time.perf_counter()
         nll[name] = block_nll(m, stream, ids, context)
+        secs[name] = (time.perf_counter() - start) / len(ids)
         wiki_nll[name] = block_nll(m, wiki, wiki_ids, context)
-        tables["per_source"].append(per_source(nll[name], groups[ids], seed=seed).assign(model=name))
-        tables["wikitext2"].append(per_source(wiki_nll[name], np.array(["wikitext2"] * len(wiki_ids)), seed=seed)
-                                   .query("source == 'all'").assign(source="wikitext2", model=name))
-        tables["context_use"].append(first_half_costs(m, packing.gather(stream, ctx_ids, context), seed=seed)
-                                     .assign(model=name))
+        tables["per_source"].append(per_source(nll[name], groups[ids], **boot).assign(**label))
+        tables["wikitext2"].append(per_source(wiki_nll[name], wiki_group, **boot).query("source == 'all'")
+                                   .assign(source="wikitext2", **label))
+        tables["context_use"].append(first_half_costs(m, packing.gather(stream, ctx_ids, context), **boot)
+                                     .assign(**label))
         if getattr(m.config, "model_type", None) == "protot":
-            tables["usage"].append(usage(m, packing.gather(stream, use_ids, context)).assign(model=name))
-    ref = names[0]
-    for name in names[1:]:
-        tables["gaps"].append(gaps(nll[name], nll[ref], groups[ids], seed=seed).assign(model=name, against=ref))
-        w = gaps(wiki_nll[name], wiki_nll[ref], np.array(["wikitext2"] * len(wiki_ids)), seed=seed)
-        tables["gaps"].append(w.query("source == 'all'").assign(source="wikitext2", model=name, against=ref))
-    return {k: pd.concat(v, ignore_index=True) if v else pd.DataFrame() for k, v in tables.items()}
+            tables["usage"].append(usage(m, packing.gather(stream, use_ids, context)).assign(**label))
+    ref = names[0] if names else None
+    for other in (n for n in nll if n != ref and ref in nll):
+        pair = {"model": ref, "against": other, "against_status": status_of(manifests[other])}
+        tables["gaps"].append(gaps(nll[ref], nll[other], groups[ids], **boot).assign(**pair))
+        w = gaps(wiki_nll[ref], wiki_nll[other], wiki_group, **boot).query("source == 'all'")
+        tables["wikitext2_gaps"].append(w.assign(source="wikitext2", **pair))
+    out = {k: pd.concat(v, ignore_index=True) if v else pd.DataFrame() for k, v in tables.items()}
+    return Committed(manifests, ids, groups[ids], nll, out, secs)
+
+
+def measure_ranking(nll: dict[str, np.ndarray], manifests: dict[str, dict | None], groups, unigram: float, *,
+                    n_boot: int = 2000, seed: int = 0, tables: dict | None = None, evidence: dict | None = None,
+                    config: dict | None = None, note: str = ""):
+    """Claim protot/ppl-ranking from committed models' block losses over the same validation blocks.
+
+    ``nll``: {name: (blocks,) mean NLL of each block}, every committed model measured; ``groups``: the
+    blocks' source groups; ``manifests``: {name: MANIFEST, or None when not committed}, every model of
+    the protocol. Values:
+
+    - ``nll_gap_<a>`` (a = llama, mamba, deltanet): the mean NLL per token (nats) of the final ProtoT
+      minus that of the final model of architecture a, over the same blocks, with ``_ci_low`` /
+      ``_ci_high`` its 95% paired bootstrap interval over blocks; None (not measured) when either
+      model is missing or not final;
+    - ``models_final``: each of the four architectures has a final committed model, and
+      :func:`protot.train.evaluate.equal_budget` accepts the four;
+    - ``worst_ppl_over_unigram``: the largest perplexity over the blocks, exp(mean NLL), of the
+      measured models, over the unigram perplexity ``unigram``;
+    - ``blocks``: the number of blocks.
+    """
+    from compendium.claims import Measurement
+    from protot.train.evaluate import equal_budget
+
+    groups = np.asarray(groups)
+    committed = {n: m for n, m in manifests.items() if m is not None}
+    if not nll:
+        raise ValueError("measure_ranking: no committed model was measured")
+    if unknown := [n for n in nll if n not in committed]:
+        raise ValueError(f"measure_ranking: losses of {unknown}, which the manifests do not list as committed")
+    if bad := {n: len(v) for n, v in nll.items() if len(v) != len(groups)}:
+        raise ValueError(f"measure_ranking: block losses must cover the {len(groups)} blocks, got {bad}")
+    if not unigram > 0:
+        raise ValueError(f"measure_ranking: the unigram perplexity must be positive, got {unigram}")
+    arch = {n: m["arch"] for n, m in committed.items()}
+    if len(set(arch.values())) < len(arch):
+        raise ValueError(f"measure_ranking: one committed model per architecture, got {arch}")
+    final = {arch[n]: n for n, m in committed.items() if status_of(m) == "final"}
+    if unmeasured := [n for n in final.values() if n not in nll]:
+        raise ValueError(f"measure_ranking: final model(s) {unmeasured} were not measured")
+    values, gap_tables, ratio = {}, [], {}
+    ref = final.get(RANKED[0])
+    for a in RANKED[1:]:
+        other = final.get(a)
+        keys = (f"nll_gap_{a}", f"nll_gap_{a}_ci_low", f"nll_gap_{a}_ci_high")
+        if ref is None or other is None:
+            values.update(dict.fromkeys(keys))
+            continue
+        g = gaps(nll[ref], nll[other], groups, n_boot=n_boot, seed=seed).assign(model=ref, against=other)
+        row = g[g.source == "all"].iloc[0]
+        values.update(zip(keys, (float(row.gap_nats), float(row.gap_low), float(row.gap_high))))
+        ratio[a] = float(row.ppl_ratio)
+        gap_tables.append(g)
+    why = []
+    for a in RANKED:
+        if a not in final:
+            listed = [f"{n} is {status_of(m)}" for n, m in committed.items() if m["arch"] == a]
+            why.append(f"{a}: no final model " + (f"({', '.join(listed)})" if listed else "committed"))
+    if len(final) >= 2:
+        why += equal_budget({n: committed[n] for n in final.values()})[1]
+    ppl = {n: math.exp(float(np.mean(v))) for n, v in nll.items()}
+    values.update(models_final=not why, worst_ppl_over_unigram=max(ppl.values()) / unigram, blocks=len(groups))
+    shown = "; ".join(
+        f"{a} {values[f'nll_gap_{a}']:+.4f} [{values[f'nll_gap_{a}_ci_low']:+.4f}, {values[f'nll_gap_{a}_ci_high']:+.4f}]"
+        if values[f"nll_gap_{a}"] is not None else f"{a} not measured" for a in RANKED[1:])
+    table = dict(tables or {})
+    if gap_tables:
+        table["ranking_gaps"] = pd.concat(gap_tables, ignore_index=True)
+    return Measurement(
+        "protot/ppl-ranking", values=values,
+        evidence={"models": {n: status_of(m) for n, m in manifests.items()},
+                  "not final or not at equal budget": why, "ppl over the blocks": ppl, "unigram_ppl": unigram,
+                  "ppl ratio ProtoT / other": ratio,
+                  "blocks per source": {str(g): int(c) for g, c in zip(*np.unique(groups, return_counts=True))},
+                  **(evidence or {})},
+        tables=table, config=dict(config or {}),
+        note=(f"mean NLL gap per token, ProtoT minus each model (nats; 95% paired bootstrap interval over "
+              f"{len(groups)} validation blocks): {shown}" + (f"; {note}" if note else "")))
