@@ -190,7 +190,7 @@ def _manifest(arch, non_embedding=4_490_000, **changes):
 def test_equal_budget_names_every_difference():
     from protot.train import evaluate
 
-    pair = {"protot-cpu-small": _manifest("protot"), "llama-cpu-small": _manifest("llama", 4_488_448)}
+    pair = {"protot-authors-small": _manifest("protot"), "llama-authors-small": _manifest("llama", 4_488_448)}
     assert evaluate.equal_budget(pair) == (True, [])
     cases = {
         "not finished": dict(steps=600),
@@ -202,11 +202,11 @@ def test_equal_budget_names_every_difference():
         "non-embedding": dict(parameters={"non_embedding": 5_000_000}),
     }
     for what, change in cases.items():
-        ok, why = evaluate.equal_budget({**pair, "llama-cpu-small": _manifest("llama", **change)})
+        ok, why = evaluate.equal_budget({**pair, "llama-authors-small": _manifest("llama", **change)})
         assert not ok and any(what in w for w in why), (what, why)
     # what may differ: the architecture, its overrides, evaluation and checkpoint cadence
     cadence = {**_manifest("llama")["train_config"], "eval_every": 100}
-    assert evaluate.equal_budget({**pair, "llama-cpu-small": _manifest("llama", train_config=cadence)})[0]
+    assert evaluate.equal_budget({**pair, "llama-authors-small": _manifest("llama", train_config=cadence)})[0]
     with pytest.raises(ValueError, match="at least two"):
         evaluate.equal_budget({"a": _manifest("llama")})
 
