@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
     run_dir = runs.create(args.profile, args.seed, device=args.device, parameters=parameters, notebooks=todo,
                           command=["compendium", *(sys.argv[1:] if argv is None else argv)], paper=args.paper)
-    print(f"running {len(todo)} notebook(s){f' of paper {args.paper}' if args.paper else ''} at profile '{args.profile}', seed {args.seed}, device {args.device}\n"
+    of = f" of paper {args.paper}" if args.paper else ""
+    print(f"running {len(todo)} notebook(s){of} at profile '{args.profile}', seed {args.seed}, device {args.device}\n"
           f"run folder: {paths.display(run_dir)}", flush=True)
     interrupted = False
     try:

@@ -176,8 +176,8 @@ def check_main_run(run: Path, params: dict, status: dict[str, dict], paper: str 
             if notebook_reasons == len(reasons):  # only notebooks missing or failed: name the papers it completes
                 done = _complete_papers(status)
                 if done:
-                    how += (" Its notebooks of " + ", ".join(done) + f" all completed: `compendium publish {shown} --paper "
-                            f"{done[0]}` publishes that paper alone.")
+                    how += (f" Its notebooks of {', '.join(done)} all completed: `compendium publish {shown} "
+                            f"--paper {done[0]}` publishes that paper alone.")
         raise NotAMainRun(
             f"{shown} is not {'a complete run' + of if paper else 'a complete main run'}, so it is not published "
             "(papers/ unchanged):\n  - " + "\n  - ".join(reasons)

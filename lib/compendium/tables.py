@@ -285,11 +285,13 @@ def build_table(paper: str, results: dict[str, dict[str, dict]] | None = None,
     ]
     if lasts:
         lines += ["Last publish at each profile (a row's value and its ⚠ marks come from its own profile's):", ""]
-        for prof in [*[k for k in profiles.PROFILES if k in lasts], *sorted(k for k in lasts if k not in profiles.PROFILES)]:
+        known = [k for k in profiles.PROFILES if k in lasts]
+        for prof in known + sorted(k for k in lasts if k not in known):
             last = lasts[prof]
             scope = f"the notebooks of {last['paper']}" if last.get("paper") else "every notebook"
-            lines.append(f"- `{prof}`: run `{last.get('run')}` ({scope}, revision "
-                         f"{provenance.short_revision(last.get('git_revision'))}, {last.get('time_utc', 'time unknown')}).")
+            revision = provenance.short_revision(last.get("git_revision"))
+            lines.append(f"- `{prof}`: run `{last.get('run')}` ({scope}, revision {revision}, "
+                         f"{last.get('time_utc', 'time unknown')}).")
         lines.append("")
     cols = ("id", "statement", "where", "paper", "ours", "profile", "check", "verdict", "notebook", "revision")
     lines += ["| claim | statement | where | paper | ours | profile | check | verdict | notebook | revision |",
