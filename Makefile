@@ -1,7 +1,8 @@
 # The compendium's commands. The two that matter:
 #   make all    set everything up, execute every notebook at the default profile, rebuild the claims tables
 #   make test   set everything up and run the test suite (which also executes every notebook)
-# Variables: PROFILE (cpu|paper), SEED, DEVICE (cpu|cuda), NB (a notebook name), PYTHON, TORCH.
+# Variables: PROFILE (cpu|paper), SEED, DEVICE (cpu|cuda), NB (a notebook name), PAPER (make all: one
+# paper's notebooks only, e.g. PAPER=accpp), PYTHON, TORCH.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -44,6 +45,7 @@ PROFILE ?= cpu
 SEED    ?= 0
 DEVICE  ?= cpu
 NB      ?=
+PAPER   ?=
 PYTEST_ARGS ?=
 MUTATE_TIMEOUT ?= 3600
 MUTATE_CHILDREN ?= 2
@@ -58,9 +60,9 @@ export PYTHONUNBUFFERED = 1
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-all: setup check-data  ## main job: set up, run every notebook at PROFILE into build/runs/, publish into papers/
-	@echo ">> executing every notebook with papermill (profile $(PROFILE), seed $(SEED), device $(DEVICE))"
-	$(PY) -m compendium run --profile $(PROFILE) --seed $(SEED) --device $(DEVICE) --keep-going --publish
+all: setup check-data  ## main job: set up, run every notebook (PAPER=P: P's only) at PROFILE into build/runs/, publish into papers/
+	@echo ">> executing $(if $(PAPER),the notebooks of $(PAPER),every notebook) with papermill (profile $(PROFILE), seed $(SEED), device $(DEVICE))"
+	$(PY) -m compendium run --profile $(PROFILE) --seed $(SEED) --device $(DEVICE) $(if $(PAPER),--paper $(PAPER)) --keep-going --publish
 	$(MAKE) book
 
 test: setup check-data  ## set up and run the whole test suite (executes every notebook too)

@@ -123,13 +123,22 @@ def _published_runs(name: str) -> list[str]:
     for paper in paper_ids():
         info = _read_json(paths.results_dir(paper) / PUBLISHED)
         per_profile = info.get("notebooks") or {}
-        last = (info.get("last_publish") or {}).get("profile")
+        last = _latest_profile(info.get("last_publish") or {})
         order = sorted(per_profile, key=lambda p: (p != last, -_stamp(per_profile[p].get(name, {}))))
         for profile in order:
             entry = per_profile[profile].get(name)
             if entry and entry.get("status") == COMPLETED and entry.get("run"):
                 out.append(entry["run"])
     return out
+
+
+def _latest_profile(last: dict) -> str | None:
+    """The profile of the most recent publish: ``last_publish`` is {profile: publish}, or (a file
+    written before each profile kept its own) one publish naming its profile."""
+    if "run" in last or isinstance(last.get("profile"), str):
+        return last.get("profile")
+    lasts = {k: v for k, v in last.items() if isinstance(v, dict)}
+    return max(lasts, key=lambda k: str(lasts[k].get("time_utc") or ""), default=None)
 
 
 def _stamp(entry: dict) -> float:

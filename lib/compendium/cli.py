@@ -3,6 +3,7 @@
 ``compendium run`` executes notebooks into a new run folder ``build/runs/<UTC time>-<profile>-s<seed>/``
 and never writes into ``papers/``; ``compendium run --publish`` (what ``make all`` calls) then
 copies the completed notebooks' results and figures into ``papers/`` and rebuilds the claims tables.
+``--paper P`` runs (and publishes) the notebooks of one paper only (``make all PAPER=P``).
 """
 from __future__ import annotations
 
@@ -72,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p_run = sub.add_parser("run", help="execute notebooks with papermill into a run folder (default: all of them)")
     p_run.add_argument("names", nargs="*", help="notebook names (e.g. 00_tour, accpp/01_ioi, or a unique part)")
+    p_run.add_argument("--paper", default=None, help="run every notebook of this paper (e.g. accpp) and nothing "
+                                                     "else; with --publish, publish that paper alone")
     p_run.add_argument("--profile", type=_profile, default=profiles.DEFAULT, help=f"one of {', '.join(profiles.PROFILES)}")
     p_run.add_argument("--seed", type=_seed, default=0, help="a non-negative integer")
     p_run.add_argument("--device", type=_device, default="cpu", help="cpu, cuda or cuda:N")
@@ -83,20 +86,27 @@ def main(argv: list[str] | None = None) -> int:
                                                       "never a folder of the repository's sources or tracked files)")
     p_run.add_argument("--keep-going", action="store_true", help="run the rest after a failure")
     p_run.add_argument("--publish", action="store_true",
-                       help="afterwards, if every notebook completed, publish the run into papers/ and rebuild "
-                            "papers/*/CLAIMS.md (make all does)")
+                       help="afterwards, if every notebook (of --paper's paper) completed, publish the run into "
+                            "papers/ and rebuild the claims tables (make all does)")
     p_run.add_argument("--publish-figures", dest="publish", action="store_true", help=argparse.SUPPRESS)
     p_run.add_argument("--no-claims", action="store_true", help=argparse.SUPPRESS)  # obsolete, accepted
 
     p_pub = sub.add_parser("publish", help="publish the run folder of a complete main run (as run --publish does)")
     p_pub.add_argument("run_dir", help="a run folder, e.g. build/runs/20261130T081244Z-paper-s0")
-    sub.add_parser("list", help="list the notebooks")
+    p_pub.add_argument("--paper", default=None, help="publish only this paper, from a run in which all its notebooks "
+                                                     "completed (default: the run's own --paper, else every paper)")
+    p_list = sub.add_parser("list", help="list the notebooks")
+    p_list.add_argument("--paper", default=None, help="only the notebooks of this paper (what run --paper runs)")
     sub.add_parser("claims", help="rebuild papers/*/CLAIMS.md and papers/*/figures/verdict_board.png from the "
                                   "published results")
 
     args = parser.parse_args(argv)
     if args.cmd == "list":
-        for name in runner.list_notebooks():
+        try:
+            names = runner.paper_notebooks(args.paper) if args.paper else runner.list_notebooks()
+        except ValueError as err:
+            parser.error(str(err))
+        for name in names:
             print(name)
         return 0
     if args.cmd == "claims":
@@ -111,24 +121,29 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {paths.display(path)}")
         return 0
     if args.cmd == "publish":
-        return _publish(Path(args.run_dir))
+        return _publish(Path(args.run_dir), args.paper)
 
+    if args.paper and args.names:
+        parser.error(f"--paper runs every notebook of paper {args.paper!r}: drop the notebook names, or drop --paper")
     if args.publish and args.names:
         parser.error("--publish writes the ledger in papers/, which only a complete main run may do: drop the "
-                     "notebook names (run them without --publish to check them; their results stay in build/runs/)")
+                     "notebook names, or give --paper P to run and publish one paper's notebooks (run names "
+                     "without --publish to check them; their results stay in build/runs/)")
     if args.publish and any(k not in publish_allowed(args.profile) for k, _ in args.param):
         parser.error("--publish writes the ledger in papers/, which only a run at default parameters may do: drop "
                      "the -p options (run without --publish to try them; their results stay in build/runs/)")
     try:
-        todo = [runner.resolve(n) for n in args.names] or runner.list_notebooks()
+        todo = (runner.paper_notebooks(args.paper) if args.paper
+                else [runner.resolve(n) for n in args.names] or runner.list_notebooks())
         parameters = runner.convert_parameters(todo, dict(args.param))
         if args.output:
             paths.check_output(args.output)
     except ValueError as err:
         parser.error(str(err))
     run_dir = runs.create(args.profile, args.seed, device=args.device, parameters=parameters, notebooks=todo,
-                          command=["compendium", *(sys.argv[1:] if argv is None else argv)])
-    print(f"running {len(todo)} notebook(s) at profile '{args.profile}', seed {args.seed}, device {args.device}\n"
+                          command=["compendium", *(sys.argv[1:] if argv is None else argv)], paper=args.paper)
+    of = f" of paper {args.paper}" if args.paper else ""
+    print(f"running {len(todo)} notebook(s){of} at profile '{args.profile}', seed {args.seed}, device {args.device}\n"
           f"run folder: {paths.display(run_dir)}", flush=True)
     interrupted = False
     try:
@@ -144,18 +159,19 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted: nothing published", file=sys.stderr)
         return 130
     if args.publish:
-        code = _publish(run_dir)
+        code = _publish(run_dir, args.paper)
         if code:
             return code
     return 1 if n_failed else 0
 
 
-def _publish(run_dir: Path) -> int:
-    """Publish ``run_dir``; a refusal or a stop is printed (papers/ unchanged) and returns 1."""
+def _publish(run_dir: Path, paper: str | None = None) -> int:
+    """Publish ``run_dir`` (only ``paper``, when given); a refusal or a stop is printed (papers/
+    unchanged) and returns 1."""
     from compendium import atomic, publish, tables
 
     try:
-        print(publish.publish(run_dir).summary())
+        print(publish.publish(run_dir, paper).summary())
     except (publish.PublishError, tables.ResultsFileError, atomic.JSONFileError) as err:
         print(f"not published: {err}", file=sys.stderr)
         return 1

@@ -92,9 +92,16 @@ def results_dir(paper: str) -> Path:
     return papers_dir() / paper / "results"
 
 
-def published_figures_dir(paper: str) -> Path:
-    """The published figures of one paper, ``papers/<paper>/figures`` (written only by publish)."""
-    return papers_dir() / paper / "figures"
+def published_figures_dir(paper: str, profile: str | None = None) -> Path:
+    """The published figures of one paper at one profile (written only by publish): the default
+    profile's (and the verdict board) in ``papers/<paper>/figures``, another profile's in
+    ``papers/<paper>/figures/<profile>`` (``profile`` None: the default profile)."""
+    from compendium import profiles
+
+    folder = papers_dir() / paper / "figures"
+    if profile is None or profiles.check_published(profile) == profiles.DEFAULT:
+        return folder
+    return folder / profile
 
 
 def display(path: str | os.PathLike) -> str:

@@ -3,19 +3,26 @@
 ``compendium run --publish`` (``make all``) and ``compendium publish RUN`` call :func:`publish` on a
 run folder. Only a complete main run publishes (:func:`check_main_run`): every notebook of the
 compendium ran in it and completed, with the default value of every parameter of its parameters
-cell (only PROFILE, SEED and DEVICE set), from a known code state (a commit, with the fingerprint
-of uncommitted changes when there are any). Anything else is refused before anything is written,
-naming every reason.
+cell (only PROFILE, SEED and DEVICE set), at a published profile, from a known code state (a commit,
+with the fingerprint of uncommitted changes when there are any). A run of one paper
+(``compendium run --paper P --publish``, ``make all PAPER=P``, or ``compendium publish RUN --paper
+P`` on any run) publishes that paper alone under the same rules applied to its notebooks
+(:func:`compendium.runner.paper_notebooks`): only ``papers/P/`` changes, and only with what P's
+notebooks wrote into it. Anything else is refused before anything is written, naming every reason.
 
-The results each notebook recorded go to ``papers/<paper>/results/`` and its figures (and their CSV
-data) to ``papers/<paper>/figures/``; ``PUBLISHED.json`` says which run was published, and every
-``CLAIMS.md`` is rebuilt, with its verdict board (``figures/verdict_board.png``,
-:mod:`compendium.board`). Figure files carry their notebook's number (``05_concept_coherence.png``,
-see :func:`compendium.plotting.prefixed`). A notebook's figures replace its earlier ones: the files
-of ``papers/<paper>/figures/`` that start with its number (``05_``) and that this run did not write
-are removed, and so is the unnumbered name of each file it wrote (``concept_coherence.png`` beside a
-new ``05_concept_coherence.png``: the name from before the rule). A number that two notebooks of a
-paper share removes nothing by prefix.
+Each profile keeps its own ledger. The results each notebook recorded go to
+``papers/<paper>/results/`` (named ``<claim>.<profile>.json``); its figures (and their CSV data) to
+``papers/<paper>/figures/`` at the default profile and to ``papers/<paper>/figures/<profile>/`` at
+another, so that a publish at one profile leaves the other's figures as they were.
+``PUBLISHED.json`` says, per profile, which run was last published (``last_publish``) and how each
+notebook ended (``notebooks``); the ``CLAIMS.md`` of every paper published is rebuilt, with its
+verdict board (``figures/verdict_board.png``, :mod:`compendium.board`, both profiles). Figure files
+carry their notebook's number (``05_concept_coherence.png``, see
+:func:`compendium.plotting.prefixed`). A notebook's figures replace its earlier ones at the same
+profile: the files of that profile's folder that start with its number (``05_``) and that this run
+did not write are removed, and so is the unnumbered name of each file it wrote
+(``concept_coherence.png`` beside a new ``05_concept_coherence.png``: the name from before the
+rule). A number that two notebooks of a paper share removes nothing by prefix.
 
 All or nothing, at every instant:
 
@@ -84,14 +91,21 @@ class Published:
     tables: list[Path] = field(default_factory=list)
     completed: list[str] = field(default_factory=list)
     cleaned: list[str] = field(default_factory=list)              # leftovers of an interrupted publish
+    paper: str | None = None                                      # the one paper published (None: all)
+    profile: str | None = None
+    other_papers: list[str] = field(default_factory=list)         # files left for another paper's publish
 
     def summary(self) -> str:
         lines = [f"removed the leftovers of an interrupted publish: {c}" for c in self.cleaned]
+        scope = f" (paper {self.paper} only, profile {self.profile})" if self.paper else ""
         lines.append(
-            f"published run {paths.display(self.run)}: {len(self.results)} result(s), "
+            f"published run {paths.display(self.run)}{scope}: {len(self.results)} result(s), "
             f"{len(self.figures)} figure file(s) from {len(self.completed)} completed notebook(s)"
             + (f", {len(self.removed)} stale figure file(s) removed" if self.removed else "") + "; "
             f"rebuilt {len(self.tables)} claims table(s)")
+        if self.other_papers:
+            lines.append(f"not published: {len(self.other_papers)} file(s) its notebooks wrote for other papers "
+                         f"({_names(self.other_papers, 3)}); a run of those papers publishes them")
         return "\n".join(lines)
 
 
@@ -105,34 +119,42 @@ def _now() -> datetime:
 
 
 # -- which runs may publish ---------------------------------------------------------------------
-def check_main_run(run: Path, params: dict, status: dict[str, dict]) -> None:
+def check_main_run(run: Path, params: dict, status: dict[str, dict], paper: str | None = None) -> None:
     """Raise :class:`NotAMainRun`, listing every reason, unless ``run`` is a complete main run: made
-    by ``compendium run`` with every notebook of the compendium, each completed, with default
-    parameters (PROFILE, SEED and DEVICE only, or overrides :data:`ALLOWED_OVERRIDES` allows), from
-    a commit (uncommitted changes recorded by their ``diff_sha256``)."""
+    by ``compendium run`` with every notebook of the compendium (with ``paper``: every notebook of
+    that paper, :func:`compendium.runner.paper_notebooks`), each completed, with default parameters
+    (PROFILE, SEED and DEVICE only, or overrides :data:`ALLOWED_OVERRIDES` allows), at a published
+    profile, from a commit (uncommitted changes recorded by their ``diff_sha256``)."""
     from compendium import runner
 
     shown = paths.display(run)
     if params.get("kind") != "runner" or "profile" not in params:
         raise NotAMainRun(f"{shown} is not a run folder made by `compendium run` (no params.json with a profile)")
+    try:
+        expected = runner.paper_notebooks(paper) if paper else runner.list_notebooks()
+    except ValueError as err:
+        raise NotAMainRun(f"{shown} cannot be published for paper {paper!r}: {err}") from None
+    of = f" of paper '{paper}'" if paper else ""
     reasons = []
     if params["profile"] in profiles.TEST_ONLY:
         reasons.append(f"its profile '{params['profile']}' is for tests only (smaller protocols), never published")
-    expected = runner.list_notebooks()
     ran = list(params.get("notebooks") or status)
     absent = [n for n in expected if n not in ran]
     if absent:
-        reasons.append(f"it ran {len(expected) - len(absent)} of the {len(expected)} notebooks; not run: "
+        reasons.append(f"it ran {len(expected) - len(absent)} of the {len(expected)} notebooks{of}; not run: "
                        + _names(absent))
     not_done = {n: status.get(n, {}).get("status", "no status") for n in expected if n in ran}
     not_done = {n: s for n, s in not_done.items() if s != runs.COMPLETED}
     if not_done:
-        reasons.append(f"{len(not_done)} notebook(s) did not complete: "
+        reasons.append(f"{len(not_done)} notebook(s){of} did not complete: "
                        + ", ".join(f"{n} ({s})" for n, s in list(not_done.items())[:6])
                        + (", ..." if len(not_done) > 6 else ""))
+    notebook_reasons = len(reasons) - bool(params["profile"] in profiles.TEST_ONLY)
     allowed = ALLOWED_OVERRIDES.get(params["profile"], frozenset())
     overrides = {k: v for k, v in (params.get("parameters") or {}).items() if k not in allowed}
     for name, entry in status.items():
+        if paper and name not in expected:
+            continue  # another paper's notebook in the run: not published, not judged here
         overrides.update({k: v for k, v in (entry.get("parameters") or {}).items()
                           if k not in runner.RESERVED and k not in allowed})
     if overrides:
@@ -145,11 +167,36 @@ def check_main_run(run: Path, params: dict, status: dict[str, dict]) -> None:
     elif revision.endswith("+dirty") and not params.get("diff_sha256"):
         reasons.append("it ran from uncommitted changes whose fingerprint (diff_sha256) was not recorded")
     if reasons:
+        if paper:
+            how = (f"Only a run of every notebook of paper '{paper}' at default parameters publishes it: `make all "
+                   f"PAPER={paper}`, or `compendium run --paper {paper} --publish`.")
+        else:
+            how = ("Only a run of every notebook at default parameters publishes: `make all`, or `compendium run "
+                   "--publish` without notebook names.")
+            if notebook_reasons == len(reasons):  # only notebooks missing or failed: name the papers it completes
+                done = _complete_papers(status)
+                if done:
+                    how += (f" Its notebooks of {', '.join(done)} all completed: `compendium publish {shown} "
+                            f"--paper {done[0]}` publishes that paper alone.")
         raise NotAMainRun(
-            f"{shown} is not a complete main run, so it is not published (papers/ unchanged):\n  - "
-            + "\n  - ".join(reasons)
-            + "\nOnly a run of every notebook at default parameters publishes: `make all`, or `compendium run "
-              "--publish` without notebook names. Other runs keep their results in their run folder.")
+            f"{shown} is not {'a complete run' + of if paper else 'a complete main run'}, so it is not published "
+            "(papers/ unchanged):\n  - " + "\n  - ".join(reasons)
+            + f"\n{how} Other runs keep their results in their run folder.")
+
+
+def _complete_papers(status: dict[str, dict]) -> list[str]:
+    """The papers every notebook of which completed in a run with this ``status``."""
+    from compendium import runner
+
+    out = []
+    for paper in _claims.paper_ids():
+        try:
+            names = runner.paper_notebooks(paper)
+        except ValueError:
+            continue
+        if all(status.get(n, {}).get("status") == runs.COMPLETED for n in names):
+            out.append(paper)
+    return out
 
 
 def _names(names: list[str], most: int = 6) -> str:
@@ -310,29 +357,39 @@ def _paper_of_notebook(name: str, papers: list[str], owners: dict[str, set[str]]
     return out
 
 
-def publish(run: Path) -> Published:
-    """Publish the complete main run ``run`` into ``papers/`` (see the module docstring); raises
-    :class:`PublishError` (papers/ unchanged) when it may not or cannot."""
+def publish(run: Path, paper: str | None = None) -> Published:
+    """Publish the complete main run ``run`` into ``papers/`` (see the module docstring); with
+    ``paper`` (or for a run made with ``compendium run --paper``), publish only that paper, from a
+    run in which its notebooks all completed. Raises :class:`PublishError` (papers/ unchanged) when
+    it may not or cannot."""
     run = Path(run).resolve()
-    with lock(f"run {run.name}"):
+    with lock(f"run {run.name}" + (f" (paper {paper})" if paper else "")):
         cleaned = _recover()
-        out = _publish_locked(run)
+        out = _publish_locked(run, paper)
         out.cleaned = cleaned
         return out
 
 
-def _publish_locked(run: Path) -> Published:
+def _publish_locked(run: Path, paper: str | None) -> Published:
+    from compendium import runner
+
     params = runs.read_json(run / "params.json")
     status = runs.read_status(run)
-    check_main_run(run, params, status)
-    out = Published(run=run, completed=list(status))
+    scope = paper or params.get("paper")
+    check_main_run(run, params, status, paper=scope)
+    profile = params["profile"]
+    if scope:  # only the paper's notebooks publish, and only into papers/<scope>/
+        mine_only = runner.paper_notebooks(scope)
+        status = {n: e for n, e in status.items() if n in mine_only}
+    out = Published(run=run, completed=list(status), paper=scope, profile=profile)
 
     # which notebook wrote each file last (notebooks run in the order status.json lists them)
     owner: dict[str, str] = {}
     for name, entry in status.items():
         for rel in entry.get("files", []):
             owner[rel] = name
-    papers = _claims.paper_ids()
+    every = _claims.paper_ids()
+    papers = [scope] if scope else every
     loaded = {p: _claims.load_paper(p) for p in papers}
     new_results: dict[str, dict[str, Path]] = {p: {} for p in papers}
     new_figures: dict[str, dict[str, Path]] = {p: {} for p in papers}
@@ -340,6 +397,8 @@ def _publish_locked(run: Path) -> Published:
     for rel, name in sorted(owner.items()):
         parts = rel.split("/")
         if len(parts) != 3 or parts[1] not in papers or parts[0] not in ("results", "figures"):
+            if len(parts) == 3 and parts[1] in every and parts[0] in ("results", "figures"):
+                out.other_papers.append(rel)  # another paper's file: published with that paper's run
             continue  # e.g. figures/tour/...: not a paper's
         src = run / rel
         if not src.is_file():
@@ -352,6 +411,8 @@ def _publish_locked(run: Path) -> Published:
     now = _now().isoformat(timespec="seconds")
     owners = {p: {c.notebook for c in loaded[p].claims.values() if c.notebook} for p in papers}
     for paper in papers:
+        # this profile's figure folder, relative to papers/ (figures/, or figures/<profile>/)
+        figure_folder = paths.published_figures_dir(paper, profile).relative_to(paths.papers_dir()).as_posix()
         files = tables.result_files(paper)
         for fname, src in new_results[paper].items():
             if not fname.endswith(".json"):
@@ -361,27 +422,27 @@ def _publish_locked(run: Path) -> Published:
         results = tables.read_results(paper, files)
         info = tables.read_published(paper)
         mine = {n: status[n].get("status", "unknown") for n in status
-                if paper in _paper_of_notebook(n, papers, owners) or n in writers[paper]}
+                if paper in _paper_of_notebook(n, every, owners) or n in writers[paper]}
         if mine:
-            last = {"run": run.name, "profile": params["profile"], "seed": params.get("seed"),
+            last = {"run": run.name, "profile": profile, "seed": params.get("seed"),
                     "time_utc": now, "git_revision": params.get("git_revision"),
                     "diff_sha256": params.get("diff_sha256"), "parameters": dict(params.get("parameters") or {}),
-                    "notebooks": mine}
-            per_profile = dict((info.get("notebooks") or {}).get(params["profile"], {}))
+                    "notebooks": mine, **({"paper": scope} if scope else {})}
+            per_profile = dict((info.get("notebooks") or {}).get(profile, {}))
             for n, st in mine.items():
                 per_profile[n] = {"status": st, "run": run.name, "time_utc": now}
-            info = {"last_publish": last,
-                    "notebooks": {**(info.get("notebooks") or {}), params["profile"]: per_profile}}
+            info = {"last_publish": {**tables.last_publishes(info), profile: last},
+                    "notebooks": {**(info.get("notebooks") or {}), profile: per_profile}}
             changes[f"{paper}/results/{tables.PUBLISHED}"] = _json_bytes(info)
         for fname, src in new_results[paper].items():
             changes[f"{paper}/results/{fname}"] = src
             out.results.append(paths.results_dir(paper) / fname)
         for fname, src in new_figures[paper].items():
-            changes[f"{paper}/figures/{fname}"] = src
-            out.figures.append(paths.published_figures_dir(paper) / fname)
-        notebooks = [n for n in out.completed if paper in _paper_of_notebook(n, papers, owners) or n in writers[paper]]
-        for path in _stale_figures(paper, new_figures[paper], notebooks):
-            changes[f"{paper}/figures/{path.name}"] = None
+            changes[f"{figure_folder}/{fname}"] = src
+            out.figures.append(paths.published_figures_dir(paper, profile) / fname)
+        notebooks = [n for n in out.completed if paper in _paper_of_notebook(n, every, owners) or n in writers[paper]]
+        for path in _stale_figures(paper, profile, new_figures[paper], notebooks):
+            changes[f"{figure_folder}/{path.name}"] = None
             out.removed.append(path)
         changes[f"{paper}/CLAIMS.md"] = tables.build_table(paper, results, info).encode("utf-8")
         changes[f"{paper}/figures/{board.FIGURE_NAME}"] = board.png_bytes(board.build(paper, results, info))
@@ -407,12 +468,13 @@ def write_claims() -> list[Path]:
                                                  paths.published_figures_dir(paper) / board.FIGURE_NAME)]
 
 
-def _stale_figures(paper: str, new: dict[str, Path], notebooks: list[str]) -> list[Path]:
-    """Published figure files of ``paper`` that the completed ``notebooks`` replace (module docstring)."""
+def _stale_figures(paper: str, profile: str, new: dict[str, Path], notebooks: list[str]) -> list[Path]:
+    """Published figure files of ``paper`` at ``profile`` (in that profile's folder only) that the
+    completed ``notebooks`` replace (module docstring)."""
     from compendium import runner
     from compendium.plotting import notebook_prefix
 
-    folder = paths.published_figures_dir(paper)
+    folder = paths.published_figures_dir(paper, profile)
     if not folder.is_dir() or not notebooks:
         return []
     existing = {p.name: p for p in folder.iterdir() if p.is_file()}

@@ -65,6 +65,24 @@ def list_notebooks() -> list[str]:
     return sorted(names, key=lambda n: (n.count("/"), n))
 
 
+def paper_notebooks(paper: str) -> list[str]:
+    """The notebooks of ``paper``, in run order: those under ``notebooks/<paper>/`` and any other
+    notebook (a top-level one) that a claim of ``papers/<paper>/claims.yaml`` names. A notebook that
+    claims of two papers name belongs to both; a top-level notebook no claim names (the tour)
+    belongs to none and runs only in a run of every notebook. ValueError for an unknown paper."""
+    from compendium import checks
+
+    papers = checks.paper_ids()
+    if paper not in papers:
+        raise ValueError(f"unknown paper {paper!r}; the papers are {', '.join(papers) or 'none'} "
+                         "(folders of papers/ holding a claims.yaml)")
+    named = {c.notebook for c in checks.load_paper(paper).claims.values() if c.notebook}
+    out = [n for n in list_notebooks() if ("/" in n and n.split("/", 1)[0] == paper) or n in named]
+    if not out:
+        raise ValueError(f"paper {paper!r} has no notebooks (none under notebooks/{paper}/, none named by its claims)")
+    return out
+
+
 def resolve(name: str) -> str:
     """Full notebook name from a full name, a unique suffix ("01_ioi") or a unique substring."""
     available = list_notebooks()

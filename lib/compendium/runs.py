@@ -5,7 +5,8 @@ environment variable ``COMPENDIUM_RUN_DIR``; a kernel started any other way (Jup
 ``python``) gets its own ``interactive-<time>`` folder the first time it needs one::
 
     <output>/runs/<UTC time>-<profile>-s<seed>/     e.g. build/runs/20261130T081244Z-cpu-s0/
-        params.json              the run's parameters, notebooks, git revision (+ diff fingerprint)
+        params.json              the run's parameters, notebooks (and paper, for a run of one paper's),
+                                 git revision (+ diff fingerprint)
         status.json              per notebook: completed / failed / running / not run, seconds, error,
                                  the files it wrote (what --publish copies)
         notebooks/<name>.ipynb   the executed notebooks
@@ -49,8 +50,9 @@ def _unique(base: Path) -> Path:
 
 
 def create(profile: str, seed: int, *, device: str = "cpu", parameters: dict | None = None,
-           notebooks: list[str] | None = None, command: list[str] | None = None) -> Path:
-    """Make ``<output>/runs/<UTC time>-<profile>-s<seed>/`` with its params.json; return it."""
+           notebooks: list[str] | None = None, command: list[str] | None = None, paper: str | None = None) -> Path:
+    """Make ``<output>/runs/<UTC time>-<profile>-s<seed>/`` with its params.json; return it. ``paper``:
+    the run is of every notebook of that paper (``compendium run --paper``), recorded as ``"paper"``."""
     from compendium import profiles, provenance
 
     profiles.check(profile)
@@ -68,6 +70,8 @@ def create(profile: str, seed: int, *, device: str = "cpu", parameters: dict | N
         "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **provenance.code_state(),
     }
+    if paper is not None:
+        params["paper"] = paper
     atomic.write_json(run / "params.json", params)
     return run
 

@@ -7,8 +7,9 @@ read. A result recorded under another check shows *not judged (recorded under an
 check)*. Every table is built in memory first; a malformed results file raises an error naming
 the file and the problem (bad JSON, a NaN or infinity, missing field, unknown claim or profile,
 a value the check cannot judge) before anything is written.
-``PUBLISHED.json`` beside the results says which notebooks the publishes ran and how they ended,
-so a table marks values whose notebook failed or was not run in the last publish.
+``PUBLISHED.json`` beside the results says, per profile, which run was last published and which
+notebooks the publishes ran and how they ended, so a table marks values whose notebook failed or
+was not run in the last publish at their profile.
 """
 from __future__ import annotations
 
@@ -109,20 +110,40 @@ def read_published(paper: str) -> dict:
     return data
 
 
+def last_publishes(published: dict) -> dict[str, dict]:
+    """{profile: its last publish} from a PUBLISHED.json (:func:`read_published`). Each profile keeps its
+    own last publish (``"last_publish": {profile: {...}}``); a file written before that, whose
+    ``last_publish`` is one publish (with its ``profile``), reads as that profile's."""
+    last = published.get("last_publish") or {}
+    if not isinstance(last, dict):
+        raise ResultsFileError(f"PUBLISHED.json: \"last_publish\" must be a mapping, got {type(last).__name__}")
+    if "run" in last or isinstance(last.get("profile"), str):  # the older layout: one publish
+        return {last.get("profile", profiles.DEFAULT): last}
+    return {prof: entry for prof, entry in last.items() if isinstance(entry, dict)}
+
+
+def latest_publish(published: dict) -> dict:
+    """The most recent publish of any profile ({} when nothing was published)."""
+    lasts = last_publishes(published)
+    return max(lasts.values(), key=lambda e: str(e.get("time_utc") or ""), default={})
+
+
 def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _marks(claim: _claims.Claim, profile: str | None, entry: dict | None, published: dict) -> list[str]:
-    """What a reader must know about a row: its notebook failed, or was not run, in the last publish."""
+    """What a reader must know about a row: its notebook failed, or was not run, in the last publish
+    at the row's profile (each profile has its own, :func:`last_publishes`)."""
     name = claim.notebook
     if not name or not published:
         return []
     marks = []
-    last = published.get("last_publish") or {}
+    # the last publish at the row's profile (a row with no value: the most recent publish of any)
+    last = last_publishes(published).get(profile, {}) if profile else latest_publish(published)
     info = (published.get("notebooks") or {}).get(profile or last.get("profile", ""), {}).get(name)
     from_run = f" (value from run {entry.get('run')})" if entry and entry.get("run") else ""
-    if last and last.get("profile") == (profile or last.get("profile")) and name not in (last.get("notebooks") or {}):
+    if last and name not in (last.get("notebooks") or {}):
         marks.append(f"⚠ notebook not run in the last publish ({last.get('run')}){from_run}")
     elif info and info.get("status") != "completed":
         marks.append(f"⚠ notebook {info.get('status')} in run {info.get('run')}{from_run}")
@@ -239,8 +260,8 @@ gives the earlier checks, with each verdict and the reason for the change).
 "(no interval: ...)" marks a value judged on its own, for the reason registered with the check
 (an exact invariant over every case, a deterministic measurement): there are no units to
 resample. "(no interval)" alone marks a judged value with neither an interval nor such a reason.
-⚠ marks a value whose notebook failed or was not run in the last publish: the value shown is
-from the earlier run named. The revision is the commit that produced the value; `+dirty` means
+⚠ marks a value whose notebook failed or was not run in the last publish at its profile: the value
+shown is from the earlier run named. The revision is the commit that produced the value; `+dirty` means
 the code had uncommitted changes (the result file keeps a `diff_sha256` of them)."""
 
 
@@ -250,7 +271,7 @@ def build_table(paper: str, results: dict[str, dict[str, dict]] | None = None,
     p = _claims.load_paper(paper)
     published = read_published(paper) if published is None else published
     rows = table_rows(paper, results, published)
-    last = published.get("last_publish") or {}
+    lasts = last_publishes(published)
     lines = [
         f"# Claims: {p.title} (arXiv {p.arxiv})",
         "",
@@ -262,9 +283,16 @@ def build_table(paper: str, results: dict[str, dict[str, dict]] | None = None,
         LEGEND,
         "",
     ]
-    if last:
-        lines += [f"Last publish: run `{last.get('run')}` (profile `{last.get('profile')}`, "
-                  f"revision {provenance.short_revision(last.get('git_revision'))}).", ""]
+    if lasts:
+        lines += ["Last publish at each profile (a row's value and its ⚠ marks come from its own profile's):", ""]
+        known = [k for k in profiles.PROFILES if k in lasts]
+        for prof in known + sorted(k for k in lasts if k not in known):
+            last = lasts[prof]
+            scope = f"the notebooks of {last['paper']}" if last.get("paper") else "every notebook"
+            revision = provenance.short_revision(last.get("git_revision"))
+            lines.append(f"- `{prof}`: run `{last.get('run')}` ({scope}, revision {revision}, "
+                         f"{last.get('time_utc', 'time unknown')}).")
+        lines.append("")
     cols = ("id", "statement", "where", "paper", "ours", "profile", "check", "verdict", "notebook", "revision")
     lines += ["| claim | statement | where | paper | ours | profile | check | verdict | notebook | revision |",
               "|---|---|---|---|---|---|---|---|---|---|"]

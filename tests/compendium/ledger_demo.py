@@ -98,14 +98,16 @@ KERNEL_NOTEBOOKS = {
 }
 
 
-def make_root(root: Path, notebooks: dict[str, str] | None = None) -> Path:
+def make_root(root: Path, notebooks: dict[str, str] | None = None, papers: dict[str, str] | None = None) -> Path:
     """The demo compendium in ``root``, committed to a git repository of its own (runs record its
-    revision, and only a run from a known code state publishes)."""
+    revision, and only a run from a known code state publishes). ``papers``: more papers beside the
+    demo paper, {paper id: its claims.yaml}."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "pyproject.toml").write_text("")
     (root / ".gitignore").write_text("build/\n/.publish.lock\n/.papers.publish-*/\nseen.txt\n")
-    (root / "papers" / "demo").mkdir(parents=True)
-    (root / "papers" / "demo" / "claims.yaml").write_text(DEMO_CLAIMS)
+    for paper, text in {"demo": DEMO_CLAIMS, **(papers or {})}.items():
+        (root / "papers" / paper).mkdir(parents=True)
+        (root / "papers" / paper / "claims.yaml").write_text(text)
     (root / "notebooks").mkdir()
     for name, body in (notebooks or {}).items():
         path = root / "notebooks" / f"{name}.py"

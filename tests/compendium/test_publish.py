@@ -87,9 +87,11 @@ def test_publish_of_a_complete_main_run(run_dir, demo_root):
     assert sorted(p.name for p in figures.iterdir()) == ["bad.png", "gain_curve.csv", "good.png", "verdict_board.png"]
     assert out.completed == ["demo/01_good", "demo/02_bad", "demo/03_dies"]
     info = json.loads((results / "PUBLISHED.json").read_text())
-    assert info["last_publish"]["notebooks"] == {n: "completed" for n in out.completed}
-    assert info["last_publish"]["parameters"] == {} and info["last_publish"]["run"] == run_dir.name
-    assert info["last_publish"]["git_revision"] == json.loads((run_dir / "params.json").read_text())["git_revision"]
+    last = info["last_publish"]["cpu"]  # each profile keeps its own last publish
+    assert sorted(info["last_publish"]) == ["cpu"] and "paper" not in last  # a run of every notebook
+    assert last["notebooks"] == {n: "completed" for n in out.completed}
+    assert last["parameters"] == {} and last["run"] == run_dir.name
+    assert last["git_revision"] == json.loads((run_dir / "params.json").read_text())["git_revision"]
     table = (demo_root / "papers" / "demo" / "CLAIMS.md").read_text()
     rows = {line.split(" | ")[0][2:]: line for line in table.splitlines() if line.startswith("| ") and " | " in line}
     assert "**holds**" in rows["gain"] and "7.5 %" in rows["gain"] and "16.6 % (brief)" in rows["gain"]
