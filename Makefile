@@ -157,7 +157,7 @@ lab: setup  ## open the notebooks in JupyterLab (LAB_ARGS for more options, e.g.
 book: setup  ## the offline book (Sphinx): README map, notebooks as last run, claims, figures -> build/book/html/
 	$(PY) -m compendium.book
 
-mutate: setup  ## mutation testing (mutmut) of the ledger and statistics helpers ([tool.mutmut] in pyproject.toml); not part of make test
+mutate: setup  ## mutation testing (mutmut) of the ledger, the statistics helpers and the claims' measure code ([tool.mutmut] in pyproject.toml); not part of make test
 	timeout $(MUTATE_TIMEOUT) $(PY) -m compendium.mutate --max-children $(MUTATE_CHILDREN)
 
 bench: setup  ## CPU benchmarks (each prints ratios measured in one run)

@@ -43,7 +43,7 @@ _PRECONDITION_KEYS = {"quantity", "op", "threshold", "id", "statement"}
 _MIN_UNITS_KEYS = {"quantity", "at_least", "units", "why"}
 #: what ``check.registered_after`` may say (absent: the check was registered before any result)
 REGISTERED_AFTER = ("a first measurement", "earlier checks' measurements")
-_COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
+_COMMIT = re.compile(r"[0-9a-f]{7,40}")  # the whole string (fullmatch): no trailing newline
 _CLAIM_KEYS = {"id", "statement", "where", "paper_value", "unit", "source", "notebook", "note",
                "check", "preconditions", "min_units", "protocol", "history"}
 #: the key of a protocol's settings shared by every profile
@@ -260,14 +260,14 @@ def _condition(raw: Any, allowed: set[str], err, *, precondition: bool = False) 
         err(f"expected a mapping with quantity/op/threshold, got {raw!r}")
     unknown = set(raw) - allowed
     if unknown:
-        err(f"unknown field(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(allowed))}")
+        err(f"unknown field(s) {_names(unknown)}; allowed: {_names(allowed)}")
     for key in ("quantity", "op", "threshold") + (("id", "statement") if precondition else ()):
         if key not in raw:
             err(f"missing '{key}'")
     if not isinstance(raw["quantity"], str) or not raw["quantity"]:
         err(f"quantity must be a name, got {raw['quantity']!r}")
     op = raw["op"]
-    if op not in OPS:
+    if not isinstance(op, str) or op not in OPS:
         err(f"unknown op {op!r}; valid ops: {', '.join(repr(o) for o in OPS)}")
     threshold = _threshold(op, raw["threshold"], err)
     interval = _interval(raw.get("interval"), op, err)
@@ -307,7 +307,7 @@ def _min_units(raw: Any, err) -> MinUnits:
         err(f"min_units must be a mapping with quantity, at_least and units, got {raw!r}")
     unknown = set(raw) - _MIN_UNITS_KEYS
     if unknown:
-        err(f"min_units: unknown field(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(_MIN_UNITS_KEYS))}")
+        err(f"min_units: unknown field(s) {_names(unknown)}; allowed: {_names(_MIN_UNITS_KEYS)}")
     for key in ("quantity", "at_least", "units"):
         if key not in raw:
             err(f"min_units: missing '{key}'")
@@ -343,7 +343,7 @@ def _profile_list(raw: Any, err, name: str) -> tuple[str, ...]:
         return ()
     if isinstance(raw, str) or not isinstance(raw, (list, tuple)):
         err(f"{name} must be a list of profiles like [cpu], got {raw!r}")
-    bad = [p for p in raw if p not in profiles.PROFILES]
+    bad = [p for p in raw if not isinstance(p, str) or p not in profiles.PROFILES]
     if bad:
         err(f"{name} names unknown profile(s) {', '.join(map(repr, bad))}; "
             f"valid profiles: {', '.join(profiles.PROFILES)}")
@@ -355,7 +355,7 @@ def _parse_check(raw: Any, err) -> Check:
         err(f"check must be a mapping, got {raw!r}")
     unknown = set(raw) - _CHECK_KEYS
     if unknown:
-        err(f"unknown field(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(_CHECK_KEYS))}")
+        err(f"unknown field(s) {_names(unknown)}; allowed: {_names(_CHECK_KEYS)}")
     main = _condition({k: raw[k] for k in _CONDITION_KEYS if k in raw}, _CONDITION_KEYS, err)
     registered_after = raw.get("registered_after")
     if registered_after is not None and registered_after not in REGISTERED_AFTER:
@@ -374,11 +374,16 @@ def _parse_check(raw: Any, err) -> Check:
         err(f"profile(s) {', '.join(both)} are in both assert_at and measured_only_at, so the verdict there is "
             f"'measured only' and asserting '{expect}' would always fail")
     registered = raw.get("registered")
-    if registered is not None and (not isinstance(registered, str) or not _COMMIT.match(registered)):
+    if registered is not None and (not isinstance(registered, str) or not _COMMIT.fullmatch(registered)):
         err(f"registered must name the commit that registered the check (7 to 40 hex digits), got {registered!r}")
     return Check(main.quantity, main.op, main.threshold, all_of=all_of, assert_at=assert_at,
                  expect=expect, measured_only_at=measured_only_at, registered=registered,
                  registered_after=registered_after, interval=main.interval, point=main.point)
+
+
+def _names(keys) -> str:
+    """Field names, sorted, for a message (a YAML key may be a number as well as a string)."""
+    return ", ".join(sorted(map(str, keys)))
 
 
 def _sub(err, prefix: str):
@@ -397,6 +402,11 @@ def load_paper(paper: str) -> Paper:
     if not isinstance(raw, dict) or "paper" not in raw or not isinstance(raw.get("claims"), list):
         raise ClaimsFileError(f"{shown}: needs a 'paper' mapping and a 'claims' list")
     meta = raw["paper"]
+    if not isinstance(meta, dict) or "title" not in meta or "arxiv" not in meta:
+        raise ClaimsFileError(f"{shown}: 'paper' must be a mapping with 'title' and 'arxiv', got {meta!r}")
+    if not isinstance(meta["arxiv"], str):
+        raise ClaimsFileError(f"{shown}: paper.arxiv must be quoted (\"2602.11852\"): unquoted, YAML reads it as a "
+                              f"number and drops trailing zeros; got {meta['arxiv']!r}")
     claims: dict[str, Claim] = {}
     for n, item in enumerate(raw["claims"]):
         cid = item.get("id") if isinstance(item, dict) else None
@@ -412,7 +422,7 @@ def load_paper(paper: str) -> Paper:
                 err(f"missing '{key}'")
         unknown = set(item) - _CLAIM_KEYS
         if unknown:
-            err(f"unknown field(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(_CLAIM_KEYS))}")
+            err(f"unknown field(s) {_names(unknown)}; allowed: {_names(_CLAIM_KEYS)}")
         if cid in claims:
             err("this id is defined twice")
         check = _parse_check(item["check"], _sub(err, "check")) if item.get("check") is not None else None
@@ -445,7 +455,7 @@ def load_paper(paper: str) -> Paper:
             min_units=min_units,
             protocol=protocol,
         )
-    return Paper(id=paper, title=meta["title"], arxiv=str(meta["arxiv"]), claims=claims)
+    return Paper(id=paper, title=meta["title"], arxiv=meta["arxiv"], claims=claims)
 
 
 def get_claim(key: str) -> Claim:

@@ -4,6 +4,15 @@ Runs mutmut (a maintained mutation tester from PyPI, installed on first use into
 ``build/mutmut-site``, outside the locked environment) on the files ``[tool.mutmut]`` of
 ``pyproject.toml`` names, each mutant against the tests named there, then prints, per file and in
 all, how many mutants survived (the tests passed with the bug in place). The goal is at most 10%.
+The files: the ledger's judging rule, schema and statistics helpers (``compendium.judge``,
+``compendium.checks``, ``compendium.stats``) and the measure code of the ProtoT and ACC++ claims
+(``protot.robustness.metrics`` and ``.compare``, ``protot.context_use``,
+``protot.train.split_eval``, ``protot.preference``, ``protot.cola``, ``accpp.signals``,
+``accpp.interventions``), each against its fast tests (no pretrained model, no notebook).
+Mutant globs split a run too long for one sitting (``"protot.*"``, ``"accpp.*"``,
+``"compendium.*"``). Each mutant's tests run on one thread (``OMP_NUM_THREADS`` and
+``MKL_NUM_THREADS`` default to 1): mutants run side by side (``--max-children``), and no OpenMP
+thread pool is started before mutmut forks the processes that run them.
 mutmut names modules by their path under ``./``, ``src/`` or ``source/``, so it runs in
 ``build/mutate/``, where ``src`` is ``lib/`` (links to ``lib/``, ``tests/`` and ``papers/``, and
 a copy of ``pyproject.toml`` with ``lib`` read as ``src``); its work is in
@@ -15,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -55,8 +65,13 @@ def _mutmut(folder: Path, *args: str) -> subprocess.CompletedProcess:
     # the locked environment's packages (pytest among them) come first; mutmut's own after them
     code = ("import sys; sys.path.append(sys.argv.pop(1)); sys.argv[0] = 'mutmut'; "
             "from mutmut.__main__ import cli; cli()")
-    return subprocess.run([sys.executable, "-c", code, str(site()), *args], cwd=folder,
+    return subprocess.run([sys.executable, "-c", code, str(site()), *args], cwd=folder, env=environment(),
                           text=True, capture_output=args[0] == "results")
+
+
+def environment() -> dict[str, str]:
+    """mutmut's environment: this one, with one thread per test process unless set otherwise."""
+    return {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **os.environ}
 
 
 def summary(results: str) -> tuple[dict[str, Counter], str]:
