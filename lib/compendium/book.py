@@ -8,13 +8,23 @@ a staging folder that this module fills:
                                          linked; first in the table of contents (``compendium.start_here``)
     <stage>/notebooks/<name>.ipynb       every notebook: its executed copy from the last run that
                                          completed it, else its source without outputs (the page says so)
+    <stage>/notebooks/<name>-<profile>-profile.ipynb
+                                         the copy of the last publish of the notebook at another profile
+                                         than the default one (``paper``), titled "<name> (<profile>
+                                         profile)", where that run's folder is in build/runs/ (else the
+                                         notebook's page and the home page say it is not available here)
     <stage>/claims/<paper>.md            the paper's verdict board (``compendium.board``: every claim against
                                          the profiles, derived from the published results), then
                                          papers/<paper>/CLAIMS.md, one block per claim (fits the page width),
                                          and any claim of claims.yaml it does not list yet
-    <stage>/figures/<paper>.md + PNGs    papers/<paper>/figures/ (the figures of the last published run)
+    <stage>/figures/<paper>.md + PNGs    papers/<paper>/figures/ (the figures of the last published run);
+                                         where papers/<paper>/figures/<profile>/ holds another profile's,
+                                         one section per profile (the default one first), headed by its
+                                         description and its last publish (run, revision), its figures
+                                         copied to <stage>/figures/<paper>/<profile>/
     <stage>/viewers/<paper>/*.html       the interactive circuit viewer pages published beside the figures
-                                         (``*_viewer.html``, written by ``accpp.viewer.save``)
+                                         (``*_viewer.html``, written by ``accpp.viewer.save``; another
+                                         profile's in <stage>/viewers/<paper>/<profile>/)
 
 Circuit viewer pages are shown twice: on the notebook's page, where the notebook displayed them
 inline (an ``<iframe srcdoc>`` output of the executed copy), and on the paper's figures page, in
@@ -30,9 +40,12 @@ in notebook outputs are rewritten relative to the repository before rendering.
 Which executed copy a notebook page shows, first match wins:
 0. with ``--run <run>`` (a folder name under ``build/runs/``), that run's copy where it completed
    the notebook (to look at a run before it is published; figures pages still show ``papers/``),
-1. the run that ``papers/<paper>/results/PUBLISHED.json`` names for it (the published main run),
+1. the run that ``papers/<paper>/results/PUBLISHED.json`` names for it (the published main run): the
+   default profile's, else another profile's,
 2. the newest ``build/runs/<run>/`` whose ``status.json`` marks it completed,
 3. ``build/notebooks/<name>.ipynb`` (an executed copy written with ``--output``).
+The last publish of the notebook at each other profile (``paper``) gets a page of its own unless the
+notebook's page already shows that run.
 
 The pages are made by ``compendium.book_notebooks`` (finding and staging the executed notebooks),
 ``compendium.book_pages`` (claims pages and the home page, from the ledger) and
@@ -52,8 +65,8 @@ from pathlib import Path
 from compendium import paths, start_here
 from compendium.book_figures import VIEWER_GLOB, VIEWER_HEIGHT, stage_figures  # noqa: F401
 from compendium.book_notebooks import (COMPLETED, PUBLISHED, SOURCE_ONLY_NOTE, Executed,  # noqa: F401
-                                       _machine_paths, _notebook_names, _stage_notebook, find_executed,
-                                       paper_ids, scrub)
+                                       ProfileCopy, _machine_paths, _notebook_names, find_executed,
+                                       paper_ids, published_elsewhere, scrub, stage_notebook)
 from compendium.book_pages import (_missing_claims, _paper_title, _readme_page, _toctree,  # noqa: F401
                                    claims_page, with_board)
 
@@ -69,6 +82,20 @@ class Staged:
     figures: dict[str, list[str]] = field(default_factory=dict)   # paper -> figure file names
     viewers: dict[str, list[str]] = field(default_factory=dict)   # paper -> circuit viewer page names
     start_here: list[str] = field(default_factory=list)           # where docs/start_here.md is out of sync
+    # the other profiles' published copies of each notebook (staged where their run folder is here)
+    profile_copies: dict[str, list[ProfileCopy]] = field(default_factory=dict)
+    # paper -> {profile besides the default one: its figure files / its viewer pages} (figures/<profile>/)
+    profile_figures: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    profile_viewers: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    not_shown: list[str] = field(default_factory=list)            # folders of papers/*/figures/ no profile's
+
+    def n_figures(self) -> int:
+        return sum(map(len, self.figures.values())) + sum(len(f) for p in self.profile_figures.values()
+                                                          for f in p.values())
+
+    def n_viewers(self) -> int:
+        return sum(map(len, self.viewers.values())) + sum(len(v) for p in self.profile_viewers.values()
+                                                          for v in p.values())
 
 
 def stage(folder: Path, prefer_run: str | None = None) -> Staged:
@@ -85,11 +112,13 @@ def stage(folder: Path, prefer_run: str | None = None) -> Staged:
     notebook_names = _notebook_names()
     names = set(notebook_names)
     for name in notebook_names:
-        found = _stage_notebook(name, folder / "notebooks" / f"{name}.ipynb", pairs, prefer_run)
+        found, copies = stage_notebook(folder, name, pairs, prefer_run)
         if found:
             out.executed[name] = found
         else:
             out.source_only.append(name)
+        if copies:
+            out.profile_copies[name] = copies
 
     for paper in out.papers:
         claims_md = paths.papers_dir() / paper / "CLAIMS.md"
@@ -101,9 +130,13 @@ def stage(folder: Path, prefer_run: str | None = None) -> Staged:
         page = with_board(page, paper, names)
         (folder / "claims" / f"{paper}.md").write_text(scrub(page, pairs), encoding="utf-8")
 
-        files, viewers = stage_figures(folder, paper, names, pairs)
-        out.figures[paper] = files
-        out.viewers[paper] = viewers
+        figures = stage_figures(folder, paper, names, pairs)
+        out.figures[paper] = figures.files
+        out.viewers[paper] = figures.viewers
+        if figures.others:
+            out.profile_figures[paper] = {p: files for p, (files, _) in figures.others.items()}
+            out.profile_viewers[paper] = {p: viewers for p, (_, viewers) in figures.others.items()}
+        out.not_shown += figures.not_shown
 
     readme = (paths.repo_root() / "README.md").read_text(encoding="utf-8")
     index = [_readme_page(readme, names, out.papers).rstrip(), "", "## About this book", ""]
@@ -115,6 +148,7 @@ def stage(folder: Path, prefer_run: str | None = None) -> Staged:
     if out.source_only:
         index.append(f"{len(out.source_only)} show their source without outputs, as no executed copy was found: "
                      + ", ".join(f"`{n}`" for n in out.source_only) + ". `make all` executes them.")
+    index += _copies_paragraph(out.profile_copies)
     if start_here.source().is_file():
         text = start_here.source().read_text(encoding="utf-8")
         (folder / "start_here.md").write_text(scrub(_readme_page(text, names, out.papers), pairs), encoding="utf-8")
@@ -124,13 +158,33 @@ def stage(folder: Path, prefer_run: str | None = None) -> Staged:
         index.append(_toctree("Start here", ["start_here"]))
     groups: dict[str, list[str]] = {}
     for name in notebook_names:
-        groups.setdefault(name.split("/", 1)[0] if "/" in name else "", []).append(f"notebooks/{name}")
+        group = groups.setdefault(name.split("/", 1)[0] if "/" in name else "", [])
+        group.append(f"notebooks/{name}")
+        group += [f"notebooks/{c.page}" for c in out.profile_copies.get(name, []) if c.executed]
     index.append(_toctree("Notebooks", groups.pop("", [])))
     for paper, entries in groups.items():
         index.append(_toctree(f"Notebooks: {paper}", entries))
     index.append(_toctree("Claims", [f"claims/{p}" for p in out.papers]))
     index.append(_toctree("Figures", [f"figures/{p}" for p in out.papers]))
     (folder / "index.md").write_text(scrub("\n".join(index), pairs) + "\n", encoding="utf-8")
+    return out
+
+
+def _copies_paragraph(copies: dict[str, list[ProfileCopy]]) -> list[str]:
+    """What the home page says of the notebooks' copies from other profiles' publishes (nothing when none)."""
+    shown = [c for cs in copies.values() for c in cs if c.executed]
+    missing = [c for cs in copies.values() for c in cs if not c.executed]
+    out = []
+    if shown:
+        out.append(f"{len(shown)} notebook{'s' if len(shown) > 1 else ''} also "
+                   f"{'have pages' if len(shown) > 1 else 'has a page'} for the last publish at another profile: "
+                   + ", ".join(f"`{c.title}` (run `{c.run}`)" for c in shown) + ".")
+    if missing:
+        many = len(missing) > 1
+        out.append(f"{len(missing)} last publish{'es' if many else ''} at another profile {'have' if many else 'has'} "
+                   f"no page, as {'their run folders are' if many else 'its run folder is'} not in "
+                   f"`{paths.display(paths.output_dir() / 'runs')}/` here: "
+                   + ", ".join(f"`{c.title}` (run `{c.run}`)" for c in missing) + ".")
     return out
 
 
@@ -163,11 +217,13 @@ def build(out: Path | None = None, *, stage_dir: Path | None = None, strict: boo
     if proc.returncode != 0:
         raise RuntimeError(f"sphinx-build failed (exit {proc.returncode}):\n{scrub(proc.stdout[-4000:])}\n"
                            f"{scrub(proc.stderr[-8000:])}")
-    for paper, viewers in staged.viewers.items():  # beside the figures page that frames them
-        for fname in viewers:
-            dest = out / "figures" / paper / fname
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(stage_dir / "viewers" / paper / fname, dest)
+    framed = [(paper, "", fname) for paper, viewers in staged.viewers.items() for fname in viewers]
+    framed += [(paper, profile, fname) for paper, per in staged.profile_viewers.items()
+               for profile, viewers in per.items() for fname in viewers]
+    for paper, sub, fname in framed:  # beside the figures page that frames them
+        dest = out / "figures" / paper / sub / fname
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(stage_dir / "viewers" / paper / sub / fname, dest)
     return out / "index.html", staged, warnings
 
 
@@ -189,12 +245,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for line in warnings:
         print(line, file=sys.stderr)
+    copies = [c for cs in staged.profile_copies.values() for c in cs]
     print(f"book: {paths.display(index)} ({len(staged.executed)} executed notebook page(s), "
-          f"{len(staged.source_only)} from source, {sum(map(len, staged.figures.values()))} figures, "
-          f"{sum(map(len, staged.viewers.values()))} circuit viewer page(s), "
+          f"{len(staged.source_only)} from source, "
+          + (f"{sum(1 for c in copies if c.executed)} from other profiles' publishes, " if copies else "")
+          + f"{staged.n_figures()} figures, {staged.n_viewers()} circuit viewer page(s), "
           f"{len(warnings)} Sphinx warning(s); {time.perf_counter() - start:.0f} s)")
     for name in staged.source_only:
         print(f"  {name}: no executed copy found, shown from its source without outputs")
+    for c in copies:
+        if not c.executed:
+            print(f"  {c.title}: its published run {c.run} is not in "
+                  f"{paths.display(paths.output_dir() / 'runs')} here, so the book has no page for it")
+    for folder in staged.not_shown:
+        print(f"  {folder}/: not a profile's figures folder (publishing writes figures/<profile>/ only), "
+              "not shown", file=sys.stderr)
     for line in staged.start_here:
         print(f"  start here: {line}", file=sys.stderr)
     return 0

@@ -10,7 +10,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from compendium import paths
+from compendium import paths, profiles
 
 COMPLETED = "completed"          # a notebook's status in <run>/status.json when it ran to the end
 PUBLISHED = "PUBLISHED.json"     # written by `compendium run --publish` beside each paper's results
@@ -66,28 +66,35 @@ def _executed_in(run: Path, name: str) -> Executed | None:
     return Executed(path, run.name, params.get("profile"), params.get("seed"))
 
 
-def _published_runs(name: str) -> list[str]:
-    """Run names that published ``name``: the latest publish's profile first, then the others by time."""
+def _publishes(name: str) -> list[tuple[str, float, str]]:
+    """(profile, time, run) of every publish that completed notebook ``name``, as each paper's
+    PUBLISHED.json lists it (per profile, its last publish of each notebook)."""
     out = []
     for paper in paper_ids():
-        info = _read_json(paths.results_dir(paper) / PUBLISHED)
-        per_profile = info.get("notebooks") or {}
-        last = _latest_profile(info.get("last_publish") or {})
-        order = sorted(per_profile, key=lambda p: (p != last, -_stamp(per_profile[p].get(name, {}))))
-        for profile in order:
-            entry = per_profile[profile].get(name)
-            if entry and entry.get("status") == COMPLETED and entry.get("run"):
-                out.append(entry["run"])
+        per_profile = _read_json(paths.results_dir(paper) / PUBLISHED).get("notebooks") or {}
+        for profile, entries in per_profile.items():
+            entry = entries.get(name) if isinstance(entries, dict) else None
+            if isinstance(entry, dict) and entry.get("status") == COMPLETED and entry.get("run"):
+                out.append((profile, _stamp(entry), entry["run"]))
     return out
 
 
-def _latest_profile(last: dict) -> str | None:
-    """The profile of the most recent publish: ``last_publish`` is {profile: publish}, or (a file
-    written before each profile kept its own) one publish naming its profile."""
-    if "run" in last or isinstance(last.get("profile"), str):
-        return last.get("profile")
-    lasts = {k: v for k, v in last.items() if isinstance(v, dict)}
-    return max(lasts, key=lambda k: str(lasts[k].get("time_utc") or ""), default=None)
+def _published_runs(name: str) -> list[str]:
+    """Run names that published ``name``: the default profile's first, newest first, then the other
+    profiles' by time (a notebook page shows the default profile's run wherever it can)."""
+    ordered = sorted(_publishes(name), key=lambda e: (e[0] != profiles.DEFAULT, -e[1]))
+    return [run for _, _, run in ordered]
+
+
+def published_elsewhere(name: str) -> dict[str, str]:
+    """{profile: run} of the last publish of notebook ``name`` at each profile but the default one
+    (the newest where two papers list the notebook), in the order of ``profiles.PROFILES``."""
+    newest: dict[str, tuple[float, str]] = {}
+    for profile, stamp, run in _publishes(name):
+        if profile != profiles.DEFAULT and (profile not in newest or stamp > newest[profile][0]):
+            newest[profile] = (stamp, run)
+    order = [p for p in profiles.PROFILES if p in newest] + sorted(p for p in newest if p not in profiles.PROFILES)
+    return {p: newest[p][1] for p in order}
 
 
 def _stamp(entry: dict) -> float:
@@ -167,22 +174,11 @@ def _markdown_cell(text: str):
     return nbformat.v4.new_markdown_cell(text)
 
 
-def _stage_notebook(name: str, dest: Path, pairs, prefer_run: str | None = None) -> Executed | None:
-    import jupytext
+def _write_page(nb, note: str, dest: Path, pairs) -> None:
+    """Write notebook ``nb`` as a page: ``note`` after its opening cell (the notebook's title and claim),
+    no widget state, its language named, this machine's paths made relative."""
     import nbformat
 
-    found = find_executed(name, prefer_run)
-    if found:
-        nb = nbformat.read(found.path, as_version=4)
-        where = f"run `{found.run}`" if found.run else "an executed copy outside a run folder"
-        details = ", ".join(x for x in (
-            f"profile `{found.profile}`" if found.profile else "", f"seed {found.seed}" if found.seed is not None else "") if x)
-        note = f":::{{note}}\nExecuted in {where}{' (' + details + ')' if details else ''}.\n:::"
-    else:
-        nb = jupytext.read(paths.notebooks_dir() / f"{name}.py")
-        note = (f":::{{warning}}\n{SOURCE_ONLY_NOTE} (`make all` executes every notebook): "
-                "this page shows its source, without outputs.\n:::")
-    # the note goes after the opening cell (the notebook's title and claim)
     nb.cells.insert(1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0, _markdown_cell(note))
     nb.metadata.pop("widgets", None)  # widget state would make the page load widget scripts
     # a source read by jupytext carries no language: name it, so code cells are highlighted
@@ -191,4 +187,90 @@ def _stage_notebook(name: str, dest: Path, pairs, prefer_run: str | None = None)
     nb = nbformat.from_dict(_scrub_tree(nb, pairs))
     dest.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, dest)
-    return found
+
+
+@dataclass(frozen=True)
+class ProfileCopy:
+    """A notebook's executed copy from the last publish at a profile other than the default one,
+    shown on a page of its own beside the notebook's page."""
+
+    name: str                    # the notebook
+    profile: str
+    run: str                     # the run that PUBLISHED.json names for the notebook at this profile
+    executed: Executed | None    # its copy in that run folder; None: the run folder is not here
+
+    @property
+    def page(self) -> str:
+        """The page's name under ``notebooks/`` (without suffix): ``<name>-<profile>-profile``."""
+        return f"{self.name}-{self.profile}-profile"
+
+    @property
+    def title(self) -> str:
+        return f"{self.name} ({self.profile} profile)"
+
+
+def _run_details(found: Executed) -> str:
+    where = f"run `{found.run}`" if found.run else "an executed copy outside a run folder"
+    details = ", ".join(x for x in (
+        f"profile `{found.profile}`" if found.profile else "", f"seed {found.seed}" if found.seed is not None else "") if x)
+    return f"{where}{' (' + details + ')' if details else ''}"
+
+
+def _copies_text(copies: list[ProfileCopy]) -> str:
+    """What the notebook's page says of its copies from other profiles' publishes ("" when none)."""
+    out = ""
+    for copy in copies:
+        said = f"The `{copy.profile}` profile's published run `{copy.run}`"
+        if copy.executed:
+            base = copy.page.rsplit("/", 1)[-1]
+            out += f"\n\n{said} has a page of its own: [{copy.title}]({base}.ipynb)."
+        else:
+            out += (f"\n\n{said} is not in `{paths.display(paths.output_dir() / 'runs')}/` here: its executed "
+                    "copy is not available locally.")
+    return out
+
+
+def stage_notebook(folder: Path, name: str, pairs, prefer_run: str | None = None
+                   ) -> tuple[Executed | None, list[ProfileCopy]]:
+    """Stage the page of notebook ``name`` (``<folder>/notebooks/<name>.ipynb``) and, for each other
+    profile whose last publish completed it in another run than the page shows, a page of that run's
+    copy where its run folder is here; return the copy the page shows (None: its source) and the
+    other profiles' copies (``executed`` None where the run folder is missing)."""
+    import jupytext
+    import nbformat
+
+    found = find_executed(name, prefer_run)
+    runs_dir = paths.output_dir() / "runs"
+    copies = [ProfileCopy(name, profile, run, _executed_in(runs_dir / run, name))
+              for profile, run in published_elsewhere(name).items() if not (found and found.run == run)]
+    if found:
+        nb = nbformat.read(found.path, as_version=4)
+        note = f":::{{note}}\nExecuted in {_run_details(found)}.{_copies_text(copies)}\n:::"
+    else:
+        nb = jupytext.read(paths.notebooks_dir() / f"{name}.py")
+        note = (f":::{{warning}}\n{SOURCE_ONLY_NOTE} (`make all` executes every notebook): "
+                f"this page shows its source, without outputs.{_copies_text(copies)}\n:::")
+    _write_page(nb, note, folder / "notebooks" / f"{name}.ipynb", pairs)
+    for copy in copies:
+        if copy.executed:
+            _stage_copy(folder, copy, pairs)
+    return found, copies
+
+
+def _stage_copy(folder: Path, copy: ProfileCopy, pairs) -> None:
+    """The page of another profile's copy: its title marked with the profile, a note naming the run."""
+    import nbformat
+
+    nb = nbformat.read(copy.executed.path, as_version=4)
+    first = nb.cells[0] if nb.cells and nb.cells[0].cell_type == "markdown" else None
+    lines = first.source.split("\n") if first else []
+    at = next((i for i, line in enumerate(lines) if line.startswith("# ")), None)
+    if at is None:  # no title to mark: give the page one
+        nb.cells.insert(0, _markdown_cell(f"# {copy.title}"))
+    else:
+        lines[at] = f"{lines[at].rstrip()} ({copy.profile} profile)"
+        first.source = "\n".join(lines)
+    base = copy.name.rsplit("/", 1)[-1]
+    note = (f":::{{note}}\nExecuted in {_run_details(copy.executed)}: the last publish of this notebook at the "
+            f"`{copy.profile}` profile. The notebook's own page: [`{copy.name}`]({base}.ipynb).\n:::")
+    _write_page(nb, note, folder / "notebooks" / f"{copy.page}.ipynb", pairs)
