@@ -8,13 +8,23 @@ a staging folder that this module fills:
                                          linked; first in the table of contents (``compendium.start_here``)
     <stage>/notebooks/<name>.ipynb       every notebook: its executed copy from the last run that
                                          completed it, else its source without outputs (the page says so)
+    <stage>/notebooks/<name>-<profile>-profile.ipynb
+                                         the copy of the last publish of the notebook at another profile
+                                         than the default one (``paper``), titled "<name> (<profile>
+                                         profile)", where that run's folder is in build/runs/ (else the
+                                         notebook's page and the home page say it is not available here)
     <stage>/claims/<paper>.md            the paper's verdict board (``compendium.board``: every claim against
                                          the profiles, derived from the published results), then
                                          papers/<paper>/CLAIMS.md, one block per claim (fits the page width),
                                          and any claim of claims.yaml it does not list yet
-    <stage>/figures/<paper>.md + PNGs    papers/<paper>/figures/ (the figures of the last published run)
+    <stage>/figures/<paper>.md + PNGs    papers/<paper>/figures/ (the figures of the last published run);
+                                         where papers/<paper>/figures/<profile>/ holds another profile's,
+                                         one section per profile (the default one first), headed by its
+                                         description and its last publish (run, revision), its figures
+                                         copied to <stage>/figures/<paper>/<profile>/
     <stage>/viewers/<paper>/*.html       the interactive circuit viewer pages published beside the figures
-                                         (``*_viewer.html``, written by ``accpp.viewer.save``)
+                                         (``*_viewer.html``, written by ``accpp.viewer.save``; another
+                                         profile's in <stage>/viewers/<paper>/<profile>/)
 
 Circuit viewer pages are shown twice: on the notebook's page, where the notebook displayed them
 inline (an ``<iframe srcdoc>`` output of the executed copy), and on the paper's figures page, in
@@ -30,39 +40,35 @@ in notebook outputs are rewritten relative to the repository before rendering.
 Which executed copy a notebook page shows, first match wins:
 0. with ``--run <run>`` (a folder name under ``build/runs/``), that run's copy where it completed
    the notebook (to look at a run before it is published; figures pages still show ``papers/``),
-1. the run that ``papers/<paper>/results/PUBLISHED.json`` names for it (the published main run),
+1. the run that ``papers/<paper>/results/PUBLISHED.json`` names for it (the published main run): the
+   default profile's, else another profile's,
 2. the newest ``build/runs/<run>/`` whose ``status.json`` marks it completed,
 3. ``build/notebooks/<name>.ipynb`` (an executed copy written with ``--output``).
+The last publish of the notebook at each other profile (``paper``) gets a page of its own unless the
+notebook's page already shows that run.
+
+The pages are made by ``compendium.book_notebooks`` (finding and staging the executed notebooks),
+``compendium.book_pages`` (claims pages and the home page, from the ledger) and
+``compendium.book_figures`` (figures pages); this module stages them all, runs Sphinx and is the
+command line. Their public names are importable from here.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from compendium import paths, start_here
-
-COMPLETED = "completed"          # a notebook's status in <run>/status.json when it ran to the end
-PUBLISHED = "PUBLISHED.json"     # written by `compendium run --publish` beside each paper's results
-SOURCE_ONLY_NOTE = "No executed copy of this notebook was found"
-
-
-@dataclass(frozen=True)
-class Executed:
-    """Where an executed notebook was found: its file and the run that produced it."""
-
-    path: Path
-    run: str | None = None        # run folder name (None: an executed copy outside a run folder)
-    profile: str | None = None
-    seed: int | None = None
+from compendium.book_figures import VIEWER_GLOB, VIEWER_HEIGHT, stage_figures  # noqa: F401
+from compendium.book_notebooks import (COMPLETED, PUBLISHED, SOURCE_ONLY_NOTE, Executed,  # noqa: F401
+                                       ProfileCopy, _machine_paths, _notebook_names, find_executed,
+                                       paper_ids, published_elsewhere, scrub, stage_notebook)
+from compendium.book_pages import (_missing_claims, _paper_title, _readme_page, _toctree,  # noqa: F401
+                                   claims_page, with_board)
 
 
 @dataclass
@@ -76,363 +82,20 @@ class Staged:
     figures: dict[str, list[str]] = field(default_factory=dict)   # paper -> figure file names
     viewers: dict[str, list[str]] = field(default_factory=dict)   # paper -> circuit viewer page names
     start_here: list[str] = field(default_factory=list)           # where docs/start_here.md is out of sync
-
-
-# ----------------------------------------------------------------------------------------------
-# finding the executed notebooks
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
-def paper_ids() -> list[str]:
-    """The papers: folders of papers/ holding a claims.yaml."""
-    return sorted(p.parent.name for p in paths.papers_dir().glob("*/claims.yaml"))
-
-
-def _runs_newest_first() -> list[Path]:
-    """Run folders of ``compendium run`` (not interactive kernels), newest first."""
-    base = paths.output_dir() / "runs"
-    if not base.is_dir():
-        return []
-    found = []
-    for run in base.iterdir():
-        params = _read_json(run / "params.json")
-        if not run.is_dir() or run.name.startswith("interactive-") or params.get("kind", "runner") != "runner":
-            continue
-        found.append((params.get("time_utc", ""), run.name, run))
-    return [run for _, _, run in sorted(found, reverse=True)]
-
-
-def _executed_in(run: Path, name: str) -> Executed | None:
-    entry = _read_json(run / "status.json").get("notebooks", {}).get(name, {})
-    path = run / "notebooks" / f"{name}.ipynb"
-    if entry.get("status") != COMPLETED or not path.is_file():
-        return None
-    params = _read_json(run / "params.json")
-    return Executed(path, run.name, params.get("profile"), params.get("seed"))
-
-
-def _published_runs(name: str) -> list[str]:
-    """Run names that published ``name``: the latest publish's profile first, then the others by time."""
-    out = []
-    for paper in paper_ids():
-        info = _read_json(paths.results_dir(paper) / PUBLISHED)
-        per_profile = info.get("notebooks") or {}
-        last = _latest_profile(info.get("last_publish") or {})
-        order = sorted(per_profile, key=lambda p: (p != last, -_stamp(per_profile[p].get(name, {}))))
-        for profile in order:
-            entry = per_profile[profile].get(name)
-            if entry and entry.get("status") == COMPLETED and entry.get("run"):
-                out.append(entry["run"])
-    return out
-
-
-def _latest_profile(last: dict) -> str | None:
-    """The profile of the most recent publish: ``last_publish`` is {profile: publish}, or (a file
-    written before each profile kept its own) one publish naming its profile."""
-    if "run" in last or isinstance(last.get("profile"), str):
-        return last.get("profile")
-    lasts = {k: v for k, v in last.items() if isinstance(v, dict)}
-    return max(lasts, key=lambda k: str(lasts[k].get("time_utc") or ""), default=None)
-
-
-def _stamp(entry: dict) -> float:
-    try:
-        from datetime import datetime
-
-        return datetime.fromisoformat(entry.get("time_utc", "")).timestamp()
-    except ValueError:
-        return 0.0
-
-
-def find_executed(name: str, prefer_run: str | None = None) -> Executed | None:
-    """The executed copy of notebook ``name`` the book shows (see the module docstring), or None."""
-    runs_dir = paths.output_dir() / "runs"
-    if prefer_run:
-        found = _executed_in(runs_dir / prefer_run, name)
-        if found:
-            return found
-    for run_name in _published_runs(name):
-        found = _executed_in(runs_dir / run_name, name)
-        if found:
-            return found
-    for run in _runs_newest_first():
-        found = _executed_in(run, name)
-        if found:
-            return found
-    legacy = paths.output_dir() / "notebooks" / f"{name}.ipynb"
-    return Executed(legacy) if legacy.is_file() else None
-
-
-# ----------------------------------------------------------------------------------------------
-# making pages
-
-
-def _machine_paths() -> list[tuple[str, str]]:
-    """(absolute prefix, replacement) pairs, longest first, for text that will be published."""
-    pairs = {}
-    root = paths.repo_root()
-    for p in {str(root), os.path.realpath(root)}:
-        pairs[p + "/"] = ""
-        pairs[p] = "."
-    home = os.path.expanduser("~")
-    if home not in ("/", "~"):
-        pairs[home.rstrip("/") + "/"] = "~/"
-    tmp = os.path.realpath(tempfile.gettempdir())
-    if tmp != "/":
-        pairs[tmp + "/"] = "<tmp>/"
-    return sorted(pairs.items(), key=lambda kv: -len(kv[0]))
-
-
-def scrub(text: str, pairs: list[tuple[str, str]] | None = None) -> str:
-    """``text`` with this machine's absolute paths (repository, home, temp folder) made relative."""
-    for prefix, repl in pairs or _machine_paths():
-        text = text.replace(prefix, repl)
-    return text
-
-
-def _scrub_tree(value, pairs):
-    if isinstance(value, str):
-        return scrub(value, pairs)
-    if isinstance(value, list):
-        return [_scrub_tree(v, pairs) for v in value]
-    if isinstance(value, dict):
-        return {k: _scrub_tree(v, pairs) for k, v in value.items()}
-    return value
-
-
-def _notebook_names() -> list[str]:
-    from compendium import runner
-
-    return runner.list_notebooks()
-
-
-def _markdown_cell(text: str):
-    import nbformat
-
-    return nbformat.v4.new_markdown_cell(text)
-
-
-def _stage_notebook(name: str, dest: Path, pairs, prefer_run: str | None = None) -> Executed | None:
-    import jupytext
-    import nbformat
-
-    found = find_executed(name, prefer_run)
-    if found:
-        nb = nbformat.read(found.path, as_version=4)
-        where = f"run `{found.run}`" if found.run else "an executed copy outside a run folder"
-        details = ", ".join(x for x in (
-            f"profile `{found.profile}`" if found.profile else "", f"seed {found.seed}" if found.seed is not None else "") if x)
-        note = f":::{{note}}\nExecuted in {where}{' (' + details + ')' if details else ''}.\n:::"
-    else:
-        nb = jupytext.read(paths.notebooks_dir() / f"{name}.py")
-        note = (f":::{{warning}}\n{SOURCE_ONLY_NOTE} (`make all` executes every notebook): "
-                "this page shows its source, without outputs.\n:::")
-    # the note goes after the opening cell (the notebook's title and claim)
-    nb.cells.insert(1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0, _markdown_cell(note))
-    nb.metadata.pop("widgets", None)  # widget state would make the page load widget scripts
-    # a source read by jupytext carries no language: name it, so code cells are highlighted
-    nb.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3", "language": "python"})
-    nb.metadata.setdefault("language_info", {"name": "python", "pygments_lexer": "ipython3"})
-    nb = nbformat.from_dict(_scrub_tree(nb, pairs))
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, dest)
-    return found
-
-
-_ROW = re.compile(r"^\s*\|(.*)\|\s*$")
-
-
-def _cells(line: str) -> list[str]:
-    """Cells of one markdown table row (``\\|`` is a literal bar)."""
-    body = _ROW.match(line).group(1)
-    return [c.strip() for c in re.split(r"(?<!\\)\|", body)]
-
-
-def _is_rule(cells: list[str]) -> bool:
-    return all(re.fullmatch(r":?-{3,}:?", c) for c in cells)
-
-
-def _link_notebook(value: str, names: set[str], prefix: str) -> str:
-    return f"[`{value}`]({prefix}notebooks/{value}.ipynb)" if value in names else value
-
-
-HISTORY_HEADING = "## Registration and history"   # the section of CLAIMS.md (compendium.tables)
-
-
-def _split_history(text: str) -> tuple[str, dict[str, tuple[str, list[str]]]]:
-    """CLAIMS.md without its registration-and-history section, and that section per claim:
-    {claim id: (how its check was registered, [history lines: earlier checks and verdicts])}."""
-    start = text.find(f"\n{HISTORY_HEADING}\n")
-    if start < 0:
-        return text, {}
-    end = text.find("\n## ", start + 1)
-    section = text[start + 1:end if end >= 0 else len(text)]
-    rest = text[:start + 1] + (text[end + 1:] if end >= 0 else "")
-    out: dict[str, tuple[str, list[str]]] = {}
-    current = None
-    for line in section.splitlines()[1:]:
-        head = re.match(r"- \*\*([^*]+)\*\*: (.*?)\.?$", line)
-        if head:
-            current = head.group(1)
-            out[current] = (head.group(2), [])
-        elif current and line.startswith("  - "):
-            out[current][1].append(line[4:])
-    return rest, out
-
-
-def claims_page(text: str, names: set[str]) -> str:
-    """CLAIMS.md made to fit a page: each table becomes one block per claim (its first column),
-    with the values every row shares as a field list and the rest (one row per profile) as a
-    small table, then how its check was registered and its history (every earlier check and
-    verdict, dated, with the reason); notebook names link to their pages."""
-    text, history = _split_history(text)
-    lines = text.splitlines()
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        if i + 1 < len(lines) and _ROW.match(lines[i]) and _ROW.match(lines[i + 1]) and _is_rule(_cells(lines[i + 1])):
-            header = _cells(lines[i])
-            rows = []
-            i += 2
-            while i < len(lines) and _ROW.match(lines[i]):
-                cells = _cells(lines[i])
-                rows.append(dict(zip(header, cells + [""] * (len(header) - len(cells)))))
-                i += 1
-            out.extend(_claim_blocks(header, rows, names, history))
-            continue
-        out.append(lines[i])
-        i += 1
-    return "\n".join(out) + "\n"
-
-
-def _claim_blocks(header: list[str], rows: list[dict], names: set[str],
-                  history: dict[str, tuple[str, list[str]]] | None = None) -> list[str]:
-    key, rest = header[0], header[1:]
-    text_col = "statement" if "statement" in rest else None
-    groups: dict[str, list[dict]] = {}
-    for row in rows:
-        groups.setdefault(row[key], []).append(row)
-    out = []
-    for claim_id, group in groups.items():
-        out += ["", f"## {claim_id}", ""]
-        if text_col:
-            out += [group[0][text_col], ""]
-        shared = [c for c in rest if c != text_col and len({r[c] for r in group}) == 1]
-        varying = [c for c in rest if c != text_col and c not in shared]
-        for col in shared:
-            out.append(f":{col}: {_link_notebook(group[0][col], names, '../')}")
-        if varying:
-            out += ["", "| " + " | ".join(varying) + " |", "|" + "---|" * len(varying)]
-            for row in group:
-                out.append("| " + " | ".join(_link_notebook(row[c], names, "../") for c in varying) + " |")
-        if history and claim_id in history:
-            registration, lines = history[claim_id]
-            out += ["", f":registration: {registration}"]
-            if lines:
-                out += ["", "History (earlier checks and verdicts, dated, with the reasons):", ""]
-                out += [f"- {line}" for line in lines]
-        out.append("")
-    return out
-
-
-def _readme_page(readme: str, names: set[str], papers: list[str]) -> str:
-    """The README as the book's home page: notebook names and claims tables become links, and
-    images of published figures (``papers/<paper>/figures/x.png``) point to the book's copies."""
-    text = re.sub(r"`((?:[a-z0-9_]+/)?[0-9]{2}_[a-z0-9_]+)`",
-                  lambda m: _link_notebook(m.group(1), names, ""), readme)
-    for paper in papers:
-        text = text.replace(f"`papers/{paper}/CLAIMS.md`", f"[`papers/{paper}/CLAIMS.md`](claims/{paper}.md)")
-        text = text.replace(f"](papers/{paper}/figures/", f"](figures/{paper}/")
-    return text
-
-
-def with_board(page: str, paper: str, names: set[str]) -> str:
-    """The claims page with the paper's verdict board after its title, its notebook names linked to
-    the pages of ``names`` (a note instead when the published results cannot be read: the page says
-    which file and why)."""
-    from compendium import board, tables
-
-    try:
-        block = board.html_for(paper, claims_page="", notebooks_base="../notebooks/", notebooks=names)
-    except tables.ResultsFileError as err:
-        block = f":::{{warning}}\nNo verdict board: {err}\n:::"
-    lines = page.split("\n")
-    at = next((i + 1 for i, line in enumerate(lines) if line.startswith("# ")), 0)
-    return "\n".join(lines[:at] + ["", block, ""] + lines[at:])
-
-
-def _toctree(caption: str, entries: list[str]) -> str:
-    return "\n".join(["", "```{toctree}", f":caption: {caption}", ":hidden:", "", *entries, "```", ""])
-
-
-def _claims_yaml(paper: str) -> dict:
-    import yaml
-
-    return yaml.safe_load((paths.papers_dir() / paper / "claims.yaml").read_text(encoding="utf-8")) or {}
-
-
-def _paper_title(paper: str) -> str:
-    return str((_claims_yaml(paper).get("paper") or {}).get("title") or paper)
-
-
-def _missing_claims(page: str, paper: str) -> str:
-    """Blocks for the claims of claims.yaml that the page (a CLAIMS.md older than it) lacks."""
-    out = []
-    for claim in _claims_yaml(paper).get("claims") or []:
-        cid = str(claim.get("id", ""))
-        if cid and not re.search(rf"^## {re.escape(cid)}\s*$", page, re.M):
-            out += ["", f"## {cid}", "", str(claim.get("statement", "")).strip(), "",
-                    ":status: not in CLAIMS.md yet (`make claims` rebuilds it from `claims.yaml`)", ""]
-    return "\n".join(out)
-
-
-VIEWER_GLOB = "*_viewer.html"
-VIEWER_HEIGHT = 760
-
-
-def _notebook_of(paper: str, fname: str, names: set[str]) -> list[str]:
-    return [n for n in names if n.startswith(f"{paper}/") and fname.startswith(n.split("/", 1)[1][:3])]
-
-
-def _viewers_section(paper: str, viewers: list[str], names: set[str]) -> list[str]:
-    if not viewers:
-        return []
-    lines = ["## Interactive circuit viewers", "",
-             "Each traced circuit as the notebook saved it: hover (click to pin) a node for its firing, an "
-             "edge for its signal. The pages need no network; each also opens on its own.", ""]
-    for fname in viewers:
-        stem = Path(fname).stem
-        by = _notebook_of(paper, fname, names)
-        src = f"{paper}/{fname}"
-        lines += [f"### {stem}", "",
-                  f'<iframe class="accpp-viewer-page" src="{src}" title="{stem}" sandbox="allow-scripts" '
-                  f'style="width:100%;height:{VIEWER_HEIGHT}px;border:1px solid #ccc" loading="eager"></iframe>', "",
-                  f'<p><a class="accpp-viewer-link" href="{src}">Open {fname} on its own</a></p>', ""]
-        if len(by) == 1:
-            lines += [f"From {_link_notebook(by[0], names, '../')}.", ""]
-    return lines
-
-
-def _figures_page(paper: str, files: list[str], names: set[str], viewers: list[str] = ()) -> str:
-    lines = [f"# Figures: {paper}", "", f"*{_paper_title(paper)}*", "",
-             f"The figures of the last published run (`papers/{paper}/figures/`). "
-             "Each notebook page shows the same figures where they were made.", ""]
-    if not files:
-        lines.append("No figure has been published yet (`make all` publishes them).")
-    for fname in files:
-        stem = Path(fname).stem
-        by = _notebook_of(paper, fname, names)
-        lines += [f"## {stem}", "", f"```{{figure}} {paper}/{fname}", f":alt: {stem}", ":width: 100%", ""]
-        lines.append(f"`{fname}`" + (f", from {_link_notebook(by[0], names, '../')}" if len(by) == 1 else ""))
-        lines += ["```", ""]
-    lines += _viewers_section(paper, list(viewers), names)
-    return "\n".join(lines)
+    # the other profiles' published copies of each notebook (staged where their run folder is here)
+    profile_copies: dict[str, list[ProfileCopy]] = field(default_factory=dict)
+    # paper -> {profile besides the default one: its figure files / its viewer pages} (figures/<profile>/)
+    profile_figures: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    profile_viewers: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    not_shown: list[str] = field(default_factory=list)            # folders of papers/*/figures/ no profile's
+
+    def n_figures(self) -> int:
+        return sum(map(len, self.figures.values())) + sum(len(f) for p in self.profile_figures.values()
+                                                          for f in p.values())
+
+    def n_viewers(self) -> int:
+        return sum(map(len, self.viewers.values())) + sum(len(v) for p in self.profile_viewers.values()
+                                                          for v in p.values())
 
 
 def stage(folder: Path, prefer_run: str | None = None) -> Staged:
@@ -449,11 +112,13 @@ def stage(folder: Path, prefer_run: str | None = None) -> Staged:
     notebook_names = _notebook_names()
     names = set(notebook_names)
     for name in notebook_names:
-        found = _stage_notebook(name, folder / "notebooks" / f"{name}.ipynb", pairs, prefer_run)
+        found, copies = stage_notebook(folder, name, pairs, prefer_run)
         if found:
             out.executed[name] = found
         else:
             out.source_only.append(name)
+        if copies:
+            out.profile_copies[name] = copies
 
     for paper in out.papers:
         claims_md = paths.papers_dir() / paper / "CLAIMS.md"
@@ -465,19 +130,13 @@ def stage(folder: Path, prefer_run: str | None = None) -> Staged:
         page = with_board(page, paper, names)
         (folder / "claims" / f"{paper}.md").write_text(scrub(page, pairs), encoding="utf-8")
 
-        src = paths.published_figures_dir(paper)
-        files = sorted(p.name for p in src.glob("*") if p.suffix.lower() in (".png", ".svg", ".jpg", ".jpeg"))
-        (folder / "figures" / paper).mkdir(parents=True, exist_ok=True)
-        for fname in files:
-            shutil.copy2(src / fname, folder / "figures" / paper / fname)
-        viewers = sorted(p.name for p in src.glob(VIEWER_GLOB) if p.is_file())
-        for fname in viewers:
-            (folder / "viewers" / paper).mkdir(parents=True, exist_ok=True)
-            (folder / "viewers" / paper / fname).write_text(scrub((src / fname).read_text(encoding="utf-8"), pairs),
-                                                            encoding="utf-8")
-        (folder / "figures" / f"{paper}.md").write_text(_figures_page(paper, files, names, viewers), encoding="utf-8")
-        out.figures[paper] = files
-        out.viewers[paper] = viewers
+        figures = stage_figures(folder, paper, names, pairs)
+        out.figures[paper] = figures.files
+        out.viewers[paper] = figures.viewers
+        if figures.others:
+            out.profile_figures[paper] = {p: files for p, (files, _) in figures.others.items()}
+            out.profile_viewers[paper] = {p: viewers for p, (_, viewers) in figures.others.items()}
+        out.not_shown += figures.not_shown
 
     readme = (paths.repo_root() / "README.md").read_text(encoding="utf-8")
     index = [_readme_page(readme, names, out.papers).rstrip(), "", "## About this book", ""]
@@ -489,6 +148,7 @@ def stage(folder: Path, prefer_run: str | None = None) -> Staged:
     if out.source_only:
         index.append(f"{len(out.source_only)} show their source without outputs, as no executed copy was found: "
                      + ", ".join(f"`{n}`" for n in out.source_only) + ". `make all` executes them.")
+    index += _copies_paragraph(out.profile_copies)
     if start_here.source().is_file():
         text = start_here.source().read_text(encoding="utf-8")
         (folder / "start_here.md").write_text(scrub(_readme_page(text, names, out.papers), pairs), encoding="utf-8")
@@ -498,13 +158,33 @@ def stage(folder: Path, prefer_run: str | None = None) -> Staged:
         index.append(_toctree("Start here", ["start_here"]))
     groups: dict[str, list[str]] = {}
     for name in notebook_names:
-        groups.setdefault(name.split("/", 1)[0] if "/" in name else "", []).append(f"notebooks/{name}")
+        group = groups.setdefault(name.split("/", 1)[0] if "/" in name else "", [])
+        group.append(f"notebooks/{name}")
+        group += [f"notebooks/{c.page}" for c in out.profile_copies.get(name, []) if c.executed]
     index.append(_toctree("Notebooks", groups.pop("", [])))
     for paper, entries in groups.items():
         index.append(_toctree(f"Notebooks: {paper}", entries))
     index.append(_toctree("Claims", [f"claims/{p}" for p in out.papers]))
     index.append(_toctree("Figures", [f"figures/{p}" for p in out.papers]))
     (folder / "index.md").write_text(scrub("\n".join(index), pairs) + "\n", encoding="utf-8")
+    return out
+
+
+def _copies_paragraph(copies: dict[str, list[ProfileCopy]]) -> list[str]:
+    """What the home page says of the notebooks' copies from other profiles' publishes (nothing when none)."""
+    shown = [c for cs in copies.values() for c in cs if c.executed]
+    missing = [c for cs in copies.values() for c in cs if not c.executed]
+    out = []
+    if shown:
+        out.append(f"{len(shown)} notebook{'s' if len(shown) > 1 else ''} also "
+                   f"{'have pages' if len(shown) > 1 else 'has a page'} for the last publish at another profile: "
+                   + ", ".join(f"`{c.title}` (run `{c.run}`)" for c in shown) + ".")
+    if missing:
+        many = len(missing) > 1
+        out.append(f"{len(missing)} last publish{'es' if many else ''} at another profile {'have' if many else 'has'} "
+                   f"no page, as {'their run folders are' if many else 'its run folder is'} not in "
+                   f"`{paths.display(paths.output_dir() / 'runs')}/` here: "
+                   + ", ".join(f"`{c.title}` (run `{c.run}`)" for c in missing) + ".")
     return out
 
 
@@ -537,11 +217,13 @@ def build(out: Path | None = None, *, stage_dir: Path | None = None, strict: boo
     if proc.returncode != 0:
         raise RuntimeError(f"sphinx-build failed (exit {proc.returncode}):\n{scrub(proc.stdout[-4000:])}\n"
                            f"{scrub(proc.stderr[-8000:])}")
-    for paper, viewers in staged.viewers.items():  # beside the figures page that frames them
-        for fname in viewers:
-            dest = out / "figures" / paper / fname
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(stage_dir / "viewers" / paper / fname, dest)
+    framed = [(paper, "", fname) for paper, viewers in staged.viewers.items() for fname in viewers]
+    framed += [(paper, profile, fname) for paper, per in staged.profile_viewers.items()
+               for profile, viewers in per.items() for fname in viewers]
+    for paper, sub, fname in framed:  # beside the figures page that frames them
+        dest = out / "figures" / paper / sub / fname
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(stage_dir / "viewers" / paper / sub / fname, dest)
     return out / "index.html", staged, warnings
 
 
@@ -563,12 +245,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for line in warnings:
         print(line, file=sys.stderr)
+    copies = [c for cs in staged.profile_copies.values() for c in cs]
     print(f"book: {paths.display(index)} ({len(staged.executed)} executed notebook page(s), "
-          f"{len(staged.source_only)} from source, {sum(map(len, staged.figures.values()))} figures, "
-          f"{sum(map(len, staged.viewers.values()))} circuit viewer page(s), "
+          f"{len(staged.source_only)} from source, "
+          + (f"{sum(1 for c in copies if c.executed)} from other profiles' publishes, " if copies else "")
+          + f"{staged.n_figures()} figures, {staged.n_viewers()} circuit viewer page(s), "
           f"{len(warnings)} Sphinx warning(s); {time.perf_counter() - start:.0f} s)")
     for name in staged.source_only:
         print(f"  {name}: no executed copy found, shown from its source without outputs")
+    for c in copies:
+        if not c.executed:
+            print(f"  {c.title}: its published run {c.run} is not in "
+                  f"{paths.display(paths.output_dir() / 'runs')} here, so the book has no page for it")
+    for folder in staged.not_shown:
+        print(f"  {folder}/: not a profile's figures folder (publishing writes figures/<profile>/ only), "
+              "not shown", file=sys.stderr)
     for line in staged.start_here:
         print(f"  start here: {line}", file=sys.stderr)
     return 0

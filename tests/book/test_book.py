@@ -3,6 +3,8 @@
 The copy holds the real README, start page, claims and figures, five notebooks, and a run folder in which
 one notebook completed (with a figure, maths, a widget, a circuit viewer shown inline and a machine
 path among its outputs) and one failed; a circuit viewer page is published beside the ACC++ figures.
+ACC++ also has a paper profile's ledger: a figure and a viewer page in papers/accpp/figures/paper/, and a
+publish at that profile of the tour (its run folder here) and of accpp/01_ioi (its run folder missing).
 Every page must load from ``file://`` with no request leaving the machine and no console error;
 every image must load; maths must be typeset; every claim id must be on its paper's claims page;
 every circuit viewer (inline in a notebook page or framed on a figures page) must load, with no
@@ -36,15 +38,17 @@ PAPERS = sorted(p.parent.name for p in (ROOT / "papers").glob("*/claims.yaml"))
 # the two derivations hold the book's display equations (shown from their source)
 NOTEBOOKS = ["00_tour", "protot/06_women_ablation", "accpp/01_ioi", "accpp/00_method", "protot/01_mixer_derivation"]
 RUN = "20990101T000000Z-cpu-s0"
+PAPER_RUN = "20990102T000000Z-paper-s0"      # publishes the tour at the paper profile
+GONE_RUN = "20990103T000000Z-paper-s0"       # publishes accpp/01_ioi at the paper profile; its folder is not here
 
 
-def _png() -> str:
+def _png(size: tuple[float, float] = (2, 1.5)) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(2, 1.5))
+    fig, ax = plt.subplots(figsize=size)
     ax.plot([0, 1, 2], [1, 0, 1])
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
@@ -104,6 +108,31 @@ def _executed_tour(fixture_root: Path) -> nbformat.NotebookNode:
     return nb
 
 
+def _paper_profile_ledger(root: Path) -> None:
+    """ACC++ at the paper profile: a figure (under the name of a cpu figure, other pixels) and a viewer
+    page in figures/paper/; PUBLISHED.json gives each profile its last publish, the cpu one naming RUN
+    for the tour, the paper one PAPER_RUN for the tour and GONE_RUN for accpp/01_ioi."""
+    from accpp import viewer
+    from compendium import tables
+
+    folder = root / "papers" / "accpp" / "figures" / "paper"
+    folder.mkdir()
+    (folder / "01_ioi_logit_diff.png").write_bytes(base64.b64decode(_png((3, 1))))
+    viewer.write_html(_tiny_circuit(), folder / VIEWER_PAGE, title="tiny circuit at the paper profile",
+                      tokens=["a", "b", "c"])
+    path = root / "papers" / "accpp" / "results" / "PUBLISHED.json"
+    info = json.loads(path.read_text(encoding="utf-8"))
+    time_utc = "2099-01-02T00:00:00+00:00"
+    lasts = tables.last_publishes(info)
+    info["last_publish"] = {**lasts, "paper": {  # the notebooks the cpu publish ran: no row marked as not run
+        "run": PAPER_RUN, "profile": "paper", "seed": 0, "time_utc": time_utc, "git_revision": "f" * 40,
+        "notebooks": {**lasts["cpu"]["notebooks"], "00_tour": "completed"}}}
+    info["notebooks"]["cpu"]["00_tour"] = {"status": "completed", "run": RUN, "time_utc": "2099-01-01T00:00:00+00:00"}
+    info["notebooks"]["paper"] = {"00_tour": {"status": "completed", "run": PAPER_RUN, "time_utc": time_utc},
+                                  "accpp/01_ioi": {"status": "completed", "run": GONE_RUN, "time_utc": time_utc}}
+    path.write_text(json.dumps(info), encoding="utf-8")
+
+
 @pytest.fixture(scope="module")
 def fixture_book(tmp_path_factory):
     """Build the book of a small copy of the compendium; return (html folder, staging folder, root)."""
@@ -126,6 +155,7 @@ def fixture_book(tmp_path_factory):
 
     viewer.write_html(_tiny_circuit(), root / "papers" / "accpp" / "figures" / VIEWER_PAGE, title="tiny circuit",
                       tokens=["a", "b", "c"])
+    _paper_profile_ledger(root)
     for name in NOTEBOOKS:
         (root / "notebooks" / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / "notebooks" / f"{name}.py", root / "notebooks" / f"{name}.py")
@@ -138,6 +168,14 @@ def fixture_book(tmp_path_factory):
         "00_tour": {"status": "completed"}, "protot/06_women_ablation": {"status": "failed"}}}))
     nbformat.write(_executed_tour(root), run / "notebooks" / "00_tour.ipynb")
     shutil.copy2(run / "notebooks" / "00_tour.ipynb", run / "notebooks" / "protot" / "06_women_ablation.ipynb")
+    paper_run = root / "build" / "runs" / PAPER_RUN   # the paper profile's published run of the tour
+    (paper_run / "notebooks").mkdir(parents=True)
+    (paper_run / "params.json").write_text(json.dumps({"kind": "runner", "profile": "paper", "seed": 0,
+                                                       "time_utc": "2099-01-02T00:00:00+00:00"}))
+    (paper_run / "status.json").write_text(json.dumps({"notebooks": {"00_tour": {"status": "completed"}}}))
+    tour = _executed_tour(root)
+    tour.cells[[c.cell_type for c in tour.cells].index("code")].outputs[0]["text"] = f"executed in {PAPER_RUN}\n"
+    nbformat.write(tour, paper_run / "notebooks" / "00_tour.ipynb")
 
     env = {**os.environ, "COMPENDIUM_ROOT": str(root), "COMPENDIUM_OUTPUT": str(root / "build")}
     proc = subprocess.run([sys.executable, "-m", "compendium.book", "--strict"], cwd=root, env=env,
@@ -305,13 +343,13 @@ def check_book(html: Path, watched, forbidden: list[str]) -> int:
             headings = {h.strip().rstrip("#").strip() for h in w.page.locator(".bd-article h2").all_inner_texts()}
             missing = [i for i in claim_ids.get(stem.removesuffix(".html"), []) if i not in headings]
             assert not missing, f"{rel} has no section for {missing}"
-        if kind == "figures":  # every published figure of the paper, each loaded (checked above)
-            published = sorted((ROOT / "papers" / stem.removesuffix(".html") / "figures").glob("*.png"))
+        if kind == "figures":  # every published figure of the paper at every profile, each loaded (checked above)
+            tree = html.parent.parent.parent / "papers" / stem.removesuffix(".html") / "figures"
+            published = sorted(tree.glob("*.png")) + sorted(tree.glob("*/*.png"))
             assert published, f"no published figures in papers/ for {rel}"
             shown = w.page.locator(".bd-article img").count()
             assert shown == len(published), f"{rel} shows {shown} figures of {len(published)} published"
-            viewers = sorted(p.name for p in (html.parent.parent.parent / "papers" / stem.removesuffix(".html") /
-                                              "figures").glob("*_viewer.html"))
+            viewers = sorted(tree.glob("*_viewer.html")) + sorted(tree.glob("*/*_viewer.html"))
             framed = w.page.locator("iframe.accpp-viewer-page").count()
             assert framed == len(viewers), f"{rel} frames {framed} circuit viewers of {len(viewers)} published"
         n_viewers += check_viewers(w.page, rel)
@@ -321,8 +359,9 @@ def check_book(html: Path, watched, forbidden: list[str]) -> int:
 
 def test_fixture_book_pages_load_offline(fixture_book, watched):
     html, _, root = fixture_book
-    # the tour's inline viewer and the framed page on the ACC++ figures page
-    assert check_book(html, watched, [str(root), str(ROOT), str(Path.home()) + "/"]) == 2
+    # the tour's inline viewer (on its page and its paper profile's page), the framed pages of the ACC++
+    # figures page (the cpu one and the paper profile's)
+    assert check_book(html, watched, [str(root), str(ROOT), str(Path.home()) + "/"]) == 4
     assert (html / "figures" / "accpp" / VIEWER_PAGE).is_file()
 
 
@@ -428,3 +467,64 @@ def test_main_build_pages_load_offline(watched):
     embedded = sum(p.read_text(encoding="utf-8").count(marker) for p in _pages(html)
                    for marker in ('class="accpp-viewer-frame"', 'class="accpp-viewer-page"'))
     assert check_book(html, watched, [str(ROOT), str(Path.home()) + "/"]) == embedded
+
+
+SECTIONS = """() => Array.from(document.querySelectorAll('.bd-article section > h2')).map(h => ({
+  heading: h.textContent.replace(/#$/, '').replace(/\u2019/g, "'").trim(),   // Sphinx's curly apostrophes
+  images: Array.from(h.parentElement.querySelectorAll('img')).map(i => i.src),
+  frames: Array.from(h.parentElement.querySelectorAll('iframe')).map(f => f.src)}))"""
+
+
+def _file_bytes(url: str) -> bytes:
+    from urllib.parse import unquote, urlparse
+
+    return Path(unquote(urlparse(url).path)).read_bytes()
+
+
+def test_each_profile_s_figures_are_shown_under_its_own_heading(fixture_book, watched):
+    """On the ACC++ figures page, the paper profile's figure and viewer page are in its section alone,
+    which names its last publish; ProtoT, which has no figures/paper/, keeps its page of one profile."""
+    from compendium import board, profiles
+
+    html, _, root = fixture_book
+    figures = root / "papers" / "accpp" / "figures"
+    w = watched("profiles")
+    w.page.goto((html / "figures" / "accpp.html").as_uri(), wait_until="load")
+    sections = {s["heading"]: s for s in w.page.evaluate(SECTIONS)}
+    cpu, paper = (f"Profile cpu: {profiles.describe('cpu')}", f"Profile paper: {profiles.describe('paper')}")
+    assert list(sections) == ["verdict_board", cpu, paper]
+    cpu_pngs = {p.read_bytes() for p in figures.glob("*.png") if p.name != board.FIGURE_NAME}
+    paper_pngs = {p.read_bytes() for p in (figures / "paper").glob("*.png")}
+    assert paper_pngs and not paper_pngs & cpu_pngs
+    assert {_file_bytes(u) for u in sections[paper]["images"]} == paper_pngs
+    assert len(sections[paper]["images"]) == len(paper_pngs)
+    assert {_file_bytes(u) for u in sections[cpu]["images"]} == cpu_pngs
+    assert [_file_bytes(u) for u in sections["verdict_board"]["images"]] == [(figures / board.FIGURE_NAME).read_bytes()]
+    assert [u.rsplit("/figures/", 1)[1] for u in sections[paper]["frames"]] == [f"accpp/paper/{VIEWER_PAGE}"]
+    assert [u.rsplit("/figures/", 1)[1] for u in sections[cpu]["frames"]] == [f"accpp/{VIEWER_PAGE}"]
+    text = w.page.locator(".bd-article").inner_text()
+    assert f"Last publish: run {PAPER_RUN} (revision {'f' * 10}" in text
+    w.assert_clean()
+
+    protot = (html / "figures" / "protot.html").read_text(encoding="utf-8")
+    assert "Profile" not in protot and "/paper/" not in protot
+
+
+def test_the_paper_profile_s_published_tour_has_a_page_of_its_own(fixture_book, watched):
+    html, _, _ = fixture_book
+    tour = (html / "notebooks" / "00_tour.html").read_text(encoding="utf-8")
+    assert 'href="00_tour-paper-profile.html"' in tour and f"executed in {PAPER_RUN}" not in tour
+    w = watched("paper-tour")
+    w.page.goto((html / "notebooks" / "00_tour-paper-profile.html").as_uri(), wait_until="load")
+    title = next(line[4:] for line in (ROOT / "notebooks" / "00_tour.py").read_text(encoding="utf-8").splitlines()
+                 if line.startswith("# # "))
+    assert w.page.locator(".bd-article h1").first.inner_text().rstrip("#").strip() == f"{title} (paper profile)"
+    body = w.page.locator(".bd-article").inner_text()
+    assert f"Executed in run {PAPER_RUN} (profile paper, seed 0)" in body and f"executed in {PAPER_RUN}" in body
+    w.assert_clean()
+    w.page.goto((html / "index.html").as_uri(), wait_until="load")   # in the table of contents, after the tour
+    links = w.page.locator("nav.bd-links a").evaluate_all("as => as.map(a => a.getAttribute('href'))")
+    assert links.index("notebooks/00_tour-paper-profile.html") == links.index("notebooks/00_tour.html") + 1
+    ioi = (html / "notebooks" / "accpp" / "01_ioi.html").read_text(encoding="utf-8")
+    assert GONE_RUN in ioi and "not available locally" in ioi
+    assert not (html / "notebooks" / "accpp" / "01_ioi-paper-profile.html").exists()
