@@ -114,7 +114,7 @@ def test_swap_cut_between_renames_is_recovered(exported, tracked_unchanged):
     assert json.loads((folder / "MANIFEST.json").read_text())["weights_sha256"] != before["model.safetensors"]
 
 
-def test_export_manifest_says_how_to_reproduce(exported, tracked_unchanged):
+def test_export_manifest_says_how_to_reproduce(exported, tracked_unchanged, monkeypatch):
     """The manifest names its run, whether the run had finished, and the two commands that make the
     model again; the training command parses back to the run's own configuration."""
     import shlex
@@ -134,7 +134,18 @@ def test_export_manifest_says_how_to_reproduce(exported, tracked_unchanged):
     parser = cli.build_parser()
     parsed = cli.config_from_args(parser.parse_args(args[3:]), parser)
     assert parsed.identity() == TrainConfig.from_dict(man["train_config"]).identity()
-    assert shlex.split(export_cmd)[3:] == ["export", str(run), "tiny", "--force"]
+    assert shlex.split(export_cmd)[3:] == ["export", str(run), "tiny", "--eval-blocks", "2", "--force"]
+    # the command evaluates as the export did: the CLI passes export() the recorded evaluation size
+    seen = {}
+
+    def capture(run, name, *, eval_blocks, force):
+        seen.update(eval_blocks=eval_blocks, force=force)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(pretrained, "export", capture)
+    with pytest.raises(SystemExit):
+        pretrained.main(shlex.split(export_cmd)[3:])
+    assert seen == {"eval_blocks": man["data"]["eval_blocks_per_split"], "force": True} and seen["eval_blocks"] == 2
 
 
 def test_a_damaged_manifest_is_named(tmp_path, monkeypatch):

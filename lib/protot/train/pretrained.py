@@ -303,7 +303,8 @@ def export(run: str | Path, name: str, *, eval_blocks: int | None = 512, dest: P
             # Resumes from a snapshot (budget_history) make the original run differ from an
             # uninterrupted one by the re-warm-ups recorded there.
             "reproduce": [train_cmd, " ".join(shlex.quote(a) for a in (
-                "python", "-m", "protot.train.pretrained", "export", _shown(Path(run)), name, "--force"))],
+                "python", "-m", "protot.train.pretrained", "export", _shown(Path(run)), name,
+                "--eval-blocks", str(eval_blocks or 0), "--force"))],   # 0: the whole split, as the CLI reads it
             "exported_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         })
         if missing:
