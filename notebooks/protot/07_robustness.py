@@ -22,10 +22,10 @@
 # lies above or below LLaMA's (a paired bootstrap interval). Precondition: for every model the
 # meaning-changing edits move the distribution more than the meaning-preserving ones.
 #
-# Models are a protocol setting (`claims.yaml`): the committed equal-budget pair
-# (`models/protot-authors-small`, `models/llama-authors-small`: the authors' architecture and training
-# recipe, 6 x 256, 12 M tokens each; Mamba and DeltaNet join when their equal-budget models are
-# committed); the lines printed below say which were measured.
+# Models are a protocol setting (`claims.yaml`): the four committed equal-budget models
+# (`models/protot-authors-small`, `models/llama-authors-small`, `models/mamba-authors-small`,
+# `models/deltanet-authors-small`: the authors' recipe, 6 x 256, 12 M tokens each, ProtoT in the
+# authors' architecture); the lines printed below say which were measured.
 
 # %% tags=["parameters"]
 PROFILE = "cpu"

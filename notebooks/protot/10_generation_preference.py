@@ -15,9 +15,11 @@
 # continuations. Everything comes from the claim's registered protocol in `claims.yaml` (registered
 # before this notebook first ran). **Scale:** the judge is SmolLM2-135M-Instruct, the strongest
 # instruction-tuned model that installs offline here (the paper's judge is a far larger LLM), and the
-# `cpu` models are the committed equal-budget pair (`models/protot-authors-small` and
-# `models/llama-authors-small`: the authors' architecture and training recipe, 6 layers x 256, 12 M tokens):
-# DeltaNet and Mamba are not compared yet, so the verdict is inconclusive by design until they are.
+# models are the four committed equal-budget models (`models/protot-authors-small`,
+# `models/llama-authors-small`, `models/mamba-authors-small`, `models/deltanet-authors-small`: the
+# authors' recipe, 6 layers x 256, 12 M tokens each). The `cpu` profile judges 96 prompts, fewer than
+# the claim's registered minimum of 200, so its verdict is inconclusive by design; the `paper` profile
+# judges 400.
 
 # %% tags=["parameters"]
 PROFILE = "cpu"
