@@ -6,6 +6,7 @@ the ledger's check can read them (every quantity present, of the right type), an
 from __future__ import annotations
 
 import math
+import zlib
 
 import numpy as np
 import pandas as pd
@@ -424,3 +425,59 @@ def test_template_clusters():
     with pytest.raises(ValueError, match=r"no permutation count \(n_extreme\)"):
         measure_template_clusters(_alignment(0.4, 0.2), {"components": _permanova().drop(columns=["n_extreme"])},
                                   pd.DataFrame(), 99, 30, 40)
+
+
+class _Tagged(dict):
+    """A paired summary whose every field holds its own number (distinct across fields and controls)."""
+
+    def __init__(self, tag: int):
+        super().__init__()
+        self.tag = tag
+
+    def __missing__(self, key):
+        if key == "prompt_ratios":
+            return [self.tag + 0.5, self.tag + 0.25]
+        if key == "n_prompts":
+            return 2
+        return self.tag + (zlib.crc32(key.encode()) % 100_000) / 1e6
+
+
+def test_intervention_selective_reads_each_number_from_its_own_control_and_field():
+    from accpp.interventions import measure_intervention_selective
+
+    main, norm, rnd = _Tagged(10), _Tagged(20), _Tagged(30)
+    m = measure_intervention_selective(_interventions(), {"random_score": main, "random_matched": norm, "random": rnd},
+                                       consistency=0.0, n_random=3)
+    assert m.values == dict(abs_dld_ratio=main["gm_ratio"], abs_dld_ratio_ci_low=main["gm_ratio_ci_low"],
+                            abs_dld_ratio_ci_high=main["gm_ratio_ci_high"], n_prompts=2, n_edges=2, n_random=3)
+    expected = {
+        "pooled_abs_dld_ratio": main["abs_dld_ratio"], "pooled_abs_dld_ratio_ci_low": main["abs_dld_ratio_ci_low"],
+        "pooled_abs_dld_ratio_ci_high": main["abs_dld_ratio_ci_high"], "wilcoxon_p": main["wilcoxon_p"],
+        "frac_edges_signal_above": main["frac_edges_signal_above"],
+        "median_abs_dld_signal": main["median_abs_dld_signal"],
+        "median_abs_dld_score_matched": main["median_abs_dld_control"],
+        "median_rel_dld_signal": main["median_rel_dld_signal"],
+        "median_rel_dld_score_matched": main["median_rel_dld_control"],
+        "median_removed_norm_score_matched": main["median_removed_norm_control"],
+        "abs_dld_ratio_vs_norm_matched": norm["gm_ratio"],
+        "abs_dld_ratio_vs_norm_matched_ci_low": norm["gm_ratio_ci_low"],
+        "abs_dld_ratio_vs_norm_matched_ci_high": norm["gm_ratio_ci_high"],
+        "pooled_abs_dld_ratio_vs_norm_matched": norm["abs_dld_ratio"],
+        "wilcoxon_p_vs_norm_matched": norm["wilcoxon_p"],
+        "median_abs_dld_norm_matched": norm["median_abs_dld_control"],
+        "median_rel_dld_norm_matched": norm["median_rel_dld_control"],
+        "median_head_input_cos_signal": main["median_head_input_cos_signal"],
+        "median_head_input_cos_norm_matched": norm["median_head_input_cos_control"],
+        "median_head_input_cos_score_matched": main["median_head_input_cos_control"],
+        "median_final_resid_cos_signal": main["median_final_resid_cos_signal"],
+        "median_removed_norm_signal": main["median_removed_norm_signal"],
+        "median_removed_norm_random": rnd["median_removed_norm_control"],
+        "abs_dld_ratio_vs_random": rnd["gm_ratio"], "abs_dld_ratio_vs_random_ci_low": rnd["gm_ratio_ci_low"],
+        "abs_dld_ratio_vs_random_ci_high": rnd["gm_ratio_ci_high"], "wilcoxon_p_vs_random": rnd["wilcoxon_p"],
+        "prompt_ratios": [10.5, 10.25], "tracer_consistency_max_abs": 0.0,
+    }
+    assert {k: m.evidence[k] for k in expected} == expected
+    assert len(set(v for k, v in expected.items() if k != "prompt_ratios")) == len(expected) - 1  # all distinct
+    assert f"geometric mean {main['gm_ratio']:.2f} (95% interval {main['gm_ratio_ci_low']:.2f}-" in m.note
+    assert f"signal / norm-matched random: {norm['gm_ratio']:.2f} ({norm['gm_ratio_ci_low']:.2f}-" in m.note
+    assert m.note.startswith("the model, 2 IOI prompts, 2 signal edges into seed firings, 3 draws per control.")
