@@ -67,15 +67,18 @@ def test_permutation_p_uses_the_plus_one_convention_at_its_edges():
     assert stats.permutation_p(49, 999) == 0.05
 
 
-@pytest.mark.parametrize("count,n_perm,msg", [
-    (-1, 10, "count must be a count (an integer >= 0), got -1"),
-    (1, 10.0, "n_perm must be a count (an integer >= 0), got 10.0"),
-    (0, 0, "permutation_p needs 0 <= count <= n_perm and n_perm >= 1, got 0 of 0"),
-    (11, 10, "permutation_p needs 0 <= count <= n_perm and n_perm >= 1, got 11 of 10"),
+@pytest.mark.parametrize("fn,count,n_perm,msg", [
+    ("permutation_p", -1, 10, "count must be a count (an integer >= 0), got -1"),
+    ("permutation_p", 1, 10.0, "n_perm must be a count (an integer >= 0), got 10.0"),
+    ("permutation_p", 0, 0, "permutation_p needs 0 <= count <= n_perm and n_perm >= 1, got 0 of 0"),
+    ("permutation_p", 11, 10, "permutation_p needs 0 <= count <= n_perm and n_perm >= 1, got 11 of 10"),
+    ("permutation_p_interval", -2, 10, "count must be a count (an integer >= 0), got -2"),
+    ("permutation_p_interval", 2, -10, "n_perm must be a count (an integer >= 0), got -10"),
+    ("permutation_p_interval", 11, 10, "permutation_p_interval: count 11 exceeds n_perm 10"),
 ])
-def test_permutation_p_refusals(count, n_perm, msg):
+def test_permutation_refusals(fn, count, n_perm, msg):
     with pytest.raises(ValueError) as e:
-        stats.permutation_p(count, n_perm)
+        getattr(stats, fn)(count, n_perm)
     assert str(e.value) == msg
 
 
@@ -84,17 +87,6 @@ def test_permutation_p_interval_is_clopper_pearson_at_the_level_asked():
     assert stats.permutation_p_interval(0, 72, 0.8) != stats.binomial_ci(0, 72)
     lo, hi = stats.permutation_p_interval(0, 72)
     assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** (1 / 72), rel=1e-12) and hi < 0.05
-
-
-@pytest.mark.parametrize("count,n_perm,msg", [
-    (-2, 10, "count must be a count (an integer >= 0), got -2"),
-    (2, -10, "n_perm must be a count (an integer >= 0), got -10"),
-    (11, 10, "permutation_p_interval: count 11 exceeds n_perm 10"),
-])
-def test_permutation_p_interval_refusals(count, n_perm, msg):
-    with pytest.raises(ValueError) as e:
-        stats.permutation_p_interval(count, n_perm)
-    assert str(e.value) == msg
 
 
 def test_geometric_mean_of_a_ratio_and_its_reciprocal_is_one():
