@@ -119,15 +119,15 @@ def test_bootstrap_ratio_ci_is_a_ratio_of_sums_not_a_mean_of_ratios():
     # identical units: no spread, so the interval is the pooled ratio itself
     lo, hi = stats.bootstrap_ratio_ci([2.0, 2.0, 2.0], [4.0, 4.0, 4.0])
     assert lo == pytest.approx(0.5, rel=1e-15) and hi == pytest.approx(0.5, rel=1e-15)
-    # two kinds of unit, (1, 1) and (3, 9): every resample's pooled ratio lies in [1/3, 1], and the mean of
-    # per-unit ratios (which would reach 2/3 at an even split) is not what is computed: a resample of
-    # m units (1, 1) and 6 - m units (3, 9) has ratio (m + 3(6 - m)) / (m + 9(6 - m))
+    # two kinds of unit, (1, 1) and (3, 9): a resample of m units (1, 1) and 6 - m units (3, 9) has the
+    # pooled ratio (m + 3(6 - m)) / (m + 9(6 - m)), one of seven values; with 4000 resamples the order
+    # statistics around each quantile are equal, so both ends are such values
     num, den = [1.0, 1.0, 1.0, 3.0, 3.0, 3.0], [1.0, 1.0, 1.0, 9.0, 9.0, 9.0]
     lo, hi = stats.bootstrap_ratio_ci(num, den, n_boot=4000)
     allowed = {round((m + 3 * (6 - m)) / (m + 9 * (6 - m)), 12) for m in range(7)}
     assert round(lo, 12) in allowed and round(hi, 12) in allowed
     assert lo < 12 / 30 < hi   # the pooled ratio (3 + 9) / (3 + 27) lies inside
-    assert hi <= 1 / 3 + 2 / 3 * 0.5   # never near the mean of per-unit ratios' upper reach
+    assert hi <= 1 / 3 + 2 / 3 * 0.5   # below 2/3, the mean of the per-unit ratios of the whole sample
 
 
 def test_bootstrap_ratio_ci_level_and_seed_are_used():
