@@ -102,10 +102,16 @@ def test_geometric_mean_ci_of_identical_ratios_is_that_ratio_and_follows_the_see
     blo, bhi = stats.bootstrap_mean_ci(np.log(x), n_boot=2000, seed=0)
     assert (lo, hi) == (pytest.approx(np.exp(blo), rel=1e-15), pytest.approx(np.exp(bhi), rel=1e-15))
     assert stats.geometric_mean_ci(x, seed=1) != (lo, hi)
+    # n_boot and level reach the resampling: 500 resamples or a 50% level give the logs' interval for those
+    for kw in ({"n_boot": 500}, {"level": 0.5}):
+        blo, bhi = stats.bootstrap_mean_ci(np.log(x), seed=0, **kw)
+        assert stats.geometric_mean_ci(x, **kw) == (pytest.approx(np.exp(blo), rel=1e-15),
+                                                    pytest.approx(np.exp(bhi), rel=1e-15))
 
 
 @pytest.mark.parametrize("bad,shown", [([1.0, 0.0, 2.0], "[0.0]"), ([1.0, -3.0, np.inf], "[-3.0, inf]"),
-                                       ([np.nan, 2.0], "[nan]")])
+                                       ([np.nan, 2.0], "[nan]"),
+                                       ([0.0, -1.0, -2.0, -3.0, 5.0], "[0.0, -1.0, -2.0]")])   # the first three only
 def test_geometric_mean_refuses_non_positive_ratios_and_shows_them(bad, shown):
     with pytest.raises(ValueError) as e:
         stats.geometric_mean(bad)
@@ -147,11 +153,16 @@ def test_bootstrap_ratio_ci_empty_resamples():
     assert str(e.value) == ("bootstrap_ratio_ci: a resample's denominators sum to 0; give `empty`, the value such a "
                             "resample takes")
     lo, hi = stats.bootstrap_ratio_ci(num, den, n_boot=200, empty=-7.0)
+    # denominators that sum to exactly 1 (or any positive value) are not empty: no refusal without `empty`
+    assert stats.bootstrap_ratio_ci([3.0, 3.0], [0.5, 0.5], n_boot=50) == (6.0, 6.0)   # every resample: 6 / 1
+    assert stats.bootstrap_ratio_ci([3.0], [1.0], n_boot=50) == (3.0, 3.0)
     assert lo == -7.0 and hi == pytest.approx(6.0, rel=1e-15)   # resamples: (A, A) -> empty, (A, B) -> 6 / 1, (B, B) -> 10 / 2
 
 
 @pytest.mark.parametrize("num,den,msg", [
     ([1.0, 2.0], [1.0], "bootstrap_ratio_ci: numerators and denominators differ in shape: (2,) vs (1,)"),
+    ([], [1.0], "bootstrap_ratio_ci needs a non-empty 1-D sample, got shape (0,)"),
+    ([1.0], [[1.0]], "bootstrap_ratio_ci needs a non-empty 1-D sample, got shape (1, 1)"),
     ([1.0, np.nan], [1.0, 1.0], "bootstrap_ratio_ci needs finite numerators and finite denominators >= 0"),
     ([1.0, 1.0], [1.0, np.inf], "bootstrap_ratio_ci needs finite numerators and finite denominators >= 0"),
     ([1.0, 1.0], [1.0, -0.5], "bootstrap_ratio_ci needs finite numerators and finite denominators >= 0"),
