@@ -1,0 +1,653 @@
+"""protot.train.split_eval, value by value: tiny stand-in models whose next-token log-probabilities
+are written down (a bigram table, a model that looks only at the first token of its row), so every
+block NLL, perplexity, first-half cost and gap below is computed by hand; the sources of the blocks,
+the seeded samples, prototype usage on planted gates, the committed-model comparison on stand-in
+streams and models, the ranking's values, evidence and note, and every refusal with its whole
+message."""
+from __future__ import annotations
+
+import math
+import re
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from compendium import stats
+from protot.concepts import GateStats
+from protot.train import packing
+from protot.train import split_eval as se
+from protot.train import tokenizer as tk
+
+LN2, LN3 = math.log(2.0), math.log(3.0)
+
+
+def _raises(message: str):
+    """pytest.raises(ValueError) matching the whole message."""
+    return pytest.raises(ValueError, match="^" + re.escape(message) + "$")
+
+
+# --------------------------------------------------------------------------- stand-in models
+class _Bigram(torch.nn.Module):
+    """logits_t = log P[x_t]: the next token depends on the current one only. Records each call
+    (input shape, use_cache, whether the model was in eval mode)."""
+
+    def __init__(self, P, model_type: str = "llama"):
+        super().__init__()
+        self.logp = torch.nn.Parameter(torch.tensor(P, dtype=torch.float32).log(), requires_grad=False)
+        self.config = SimpleNamespace(model_type=model_type)
+        self.calls = []
+
+    def forward(self, input_ids, use_cache=True):
+        self.calls.append((tuple(input_ids.shape), use_cache, self.training))
+        return SimpleNamespace(logits=self.logp[input_ids])
+
+
+class _FirstToken(torch.nn.Module):
+    """Two tokens; every position predicts the row's first token x_0 with probability 3/4: the NLL of
+    a target equal to x_0 is A = ln(4/3), of the other token C = ln 4 (C - A = ln 3)."""
+
+    def __init__(self):
+        super().__init__()
+        self.logq = torch.nn.Parameter(torch.tensor([[0.75, 0.25], [0.25, 0.75]]).log(), requires_grad=False)
+        self.calls = []
+
+    def forward(self, input_ids, use_cache=True):
+        self.calls.append((tuple(input_ids.shape), use_cache, self.training))
+        first = self.logq[input_ids[:, 0]]                                  # (B, 2)
+        return SimpleNamespace(logits=first[:, None, :].expand(-1, input_ids.shape[1], -1))
+
+
+A, C = math.log(4 / 3), math.log(4.0)
+
+# P[i, j] = P(next = j | current = i): 1/2 to stay, 1/4 to each other token. A block's NLL per
+# predicted token is ln 2 for a repeat and 2 ln 2 for a change.
+HALF = [[0.5, 0.25, 0.25], [0.25, 0.5, 0.25], [0.25, 0.25, 0.5]]
+
+
+def _bigram_nll(P, block) -> float:
+    """Mean -log P[x_t, x_t+1] over the block (its first token is context only)."""
+    block = np.asarray(block)
+    return float(-np.log(np.asarray(P, dtype=float)[block[:-1], block[1:]]).mean())
+
+
+# --------------------------------------------------------------------------- sources of blocks
+def test_source_group_names_every_corpus_source_and_refuses_others():
+    assert [se.source_group(s) for s in ("openstax", "wikipedia-vital-l4-summary", "brown", "abc", "state_union",
+                                         "inaugural")] == ["textbooks", "wikipedia", "brown", "news and speeches",
+                                                           "news and speeches", "news and speeches"]
+    with _raises("no source group for corpus source 'gutenberg'; known: abc, brown, inaugural, openstax, "
+                 "state_union, wikipedia-vital-l4-summary"):
+        se.source_group("gutenberg")
+
+
+def test_doc_of_tokens_gives_each_end_of_text_to_its_document():
+    eos = 9
+    # documents [5, 5, eos], [6, eos], then two tokens after the last end-of-text
+    stream = np.array([5, 5, eos, 6, eos, 7, 7])
+    assert se._doc_of_tokens(stream, eos, 2).tolist() == [0, 0, 0, 1, 1, 2, 2]
+    with _raises("the stream holds 2 end-of-text tokens for 3 documents: it was not built from these documents"):
+        se._doc_of_tokens(stream, eos, 3)
+
+
+def test_block_sources_by_majority_ties_to_the_earlier_document_and_clamps_the_tail():
+    eos = tk.eos_id()
+    t = eos + 1
+    # tokens 0-2 document 0 (its end-of-text at 2), 3-4 document 1, 5-7 after the last end-of-text
+    stream = np.array([t, t, eos, t, eos, t, t, t])
+    got = se.block_sources(2, stream=stream, sources=["openstax", "brown"])
+    # blocks: (0,1) doc 0 | (2,3) doc 0 and doc 1 tie -> doc 0 | (4,5) doc 1 and the tail (as doc 1) | (6,7) tail
+    assert got.tolist() == ["textbooks", "textbooks", "brown", "brown"]
+    # context 3: two whole blocks, (0,1,2) doc 0, (3,4,5) doc 1 twice + tail -> brown; the last 2 tokens dropped
+    assert se.block_sources(3, stream=stream, sources=["inaugural", "wikipedia-vital-l4-summary"]).tolist() == [
+        "news and speeches", "wikipedia"]
+    with _raises("no source group for corpus source 'gutenberg'; known: abc, brown, inaugural, openstax, "
+                 "state_union, wikipedia-vital-l4-summary"):
+        se.block_sources(2, stream=stream, sources=["openstax", "gutenberg"])
+
+
+def test_block_sources_reads_the_validation_split_by_default(monkeypatch):
+    from compendium import data
+
+    eos = tk.eos_id()
+    asked = []
+    stream = np.array([eos + 1, eos, eos + 1, eos])
+    monkeypatch.setattr(packing, "token_stream", lambda split, lang: asked.append(("stream", split, lang)) or stream)
+    monkeypatch.setattr(data, "load_corpus", lambda split, lang: asked.append(("corpus", split, lang))
+                        or {"source": ["abc", "brown"]})
+    assert se.block_sources(2).tolist() == ["news and speeches", "brown"]
+    assert asked == [("stream", "validation", "en"), ("corpus", "validation", "en")]
+    asked.clear()
+    assert se.block_sources(2, "de").tolist() == ["news and speeches", "brown"]
+    assert asked == [("stream", "validation", "de"), ("corpus", "validation", "de")]
+
+
+# --------------------------------------------------------------------------- stratified samples
+def test_stratified_blocks_every_block_at_or_above_the_split_size():
+    groups = np.array(["b", "a", "b"])
+    assert se.stratified_blocks(groups, 3).tolist() == [0, 1, 2]
+    assert se.stratified_blocks(groups, 4, seed=9).tolist() == [0, 1, 2]
+    assert se.stratified_blocks(np.array([]), 0).tolist() == []                 # an empty split: 0 >= 0
+    for n in (0, -2):
+        with _raises(f"n must be >= 1, got {n}"):
+            se.stratified_blocks(groups, n)
+
+
+def test_stratified_blocks_draw_per_group_in_sorted_order():
+    groups = np.array(["b", "a"] * 3 + ["a"] * 4 + ["c"])        # a: 7 blocks, b: 3, c: 1 (11 in all)
+    # n = 5: a round(5 * 7 / 11 = 3.18) = 3, b round(1.36) = 1, c max(1, round(0.45) = 0) = 1
+    got = se.stratified_blocks(groups, 5, seed=2)
+    assert [int((groups[got] == g).sum()) for g in "abc"] == [3, 1, 1] and got.tolist() == sorted(got.tolist())
+    # the draw: one generator, the groups in sorted order, each without replacement
+    rng = np.random.default_rng(2)
+    want = np.concatenate([rng.choice(np.flatnonzero(groups == "a"), size=3, replace=False),
+                           rng.choice(np.flatnonzero(groups == "b"), size=1, replace=False),
+                           rng.choice(np.flatnonzero(groups == "c"), size=1, replace=False)])
+    assert got.tolist() == sorted(want.tolist())
+    assert se.stratified_blocks(groups, 5).tolist() == se.stratified_blocks(groups, 5, seed=0).tolist()
+    # n = 1: still one block of each group
+    one = se.stratified_blocks(groups, 1, seed=2)
+    assert sorted(groups[one].tolist()) == ["a", "b", "c"]
+    # n = 10 of 11: a round(6.36) = 6, b round(2.73) = 3, c round(0.91) = 1
+    ten = se.stratified_blocks(groups, 10, seed=2)
+    assert [int((groups[ten] == g).sum()) for g in "abc"] == [6, 3, 1] and len(set(ten.tolist())) == 10
+
+
+# --------------------------------------------------------------------------- block NLL
+# four blocks of 4 tokens; NLL per block in units of ln 2: (repeats + 2 x changes) / 3
+STREAM = np.array([0, 0, 0, 0,      # 3 repeats -> 1
+                   0, 1, 2, 0,      # 3 changes -> 2
+                   1, 1, 2, 2,      # 2 repeats, 1 change -> 4/3
+                   2, 0, 0, 1,      # 1 repeat, 2 changes -> 5/3
+                   1, 2], dtype=np.uint16)
+
+
+def test_block_nll_by_hand():
+    m = _Bigram(HALF).train()
+    got = se.block_nll(m, STREAM, [3, 0, 2], 4, batch_size=2)
+    np.testing.assert_allclose(got, np.array([5 / 3, 1.0, 4 / 3]) * LN2, rtol=0, atol=1e-6)
+    assert m.calls == [((2, 4), False, False), ((1, 4), False, False)]          # in eval mode, no cache
+    assert m.training                                                          # its mode given back
+    m.eval()
+    whole = se.block_nll(m, STREAM, np.arange(4), 4)
+    np.testing.assert_allclose(whole, np.array([1.0, 2.0, 4 / 3, 5 / 3]) * LN2, rtol=0, atol=1e-6)
+    assert not m.training and m.calls[2:] == [((4, 4), False, False)]          # one batch of 16 at most
+    # context 2: block 3 is tokens 6, 7 = (2, 0): one change -> 2 ln 2; block 8 = (1, 2) -> 2 ln 2
+    np.testing.assert_allclose(se.block_nll(m, STREAM, [0, 3, 8], 2), np.array([1.0, 2.0, 2.0]) * LN2, atol=1e-6)
+    empty = se.block_nll(m, STREAM, [], 4)
+    assert empty.shape == (0,) and empty.dtype == np.float64
+
+
+def test_block_nll_batches_of_sixteen_by_default():
+    stream = np.tile(np.array([0, 1], dtype=np.uint16), 20)                    # 20 blocks of (0, 1): NLL 2 ln 2
+    m = _Bigram(HALF)
+    got = se.block_nll(m, stream, np.arange(20), 2)
+    np.testing.assert_allclose(got, np.full(20, 2 * LN2), atol=1e-6)
+    assert [c[0] for c in m.calls] == [(16, 2), (4, 2)]
+
+
+# --------------------------------------------------------------------------- per source and gaps
+def test_per_source_by_hand():
+    groups = np.array(["y", "x", "y", "x", "y"])
+    nll = [1.0, 2.0, 3.0, 4.0, 5.0]
+    t = se.per_source(nll, groups, n_boot=300, seed=4)
+    assert list(t.columns) == ["source", "blocks", "nll", "ppl", "ppl_low", "ppl_high"]
+    assert t.source.tolist() == ["all", "x", "y"] and t.blocks.tolist() == [5, 2, 3]
+    # means: all 15 / 5 = 3, x (2 + 4) / 2 = 3, y (1 + 3 + 5) / 3 = 3
+    assert t.nll.tolist() == [3.0, 3.0, 3.0] and np.allclose(t.ppl, math.exp(3.0), rtol=1e-12)
+    for row, x in zip(t.itertuples(), ([1, 2, 3, 4, 5], [2, 4], [1, 3, 5])):
+        lo, hi = stats.bootstrap_mean_ci(np.array(x, dtype=float), n_boot=300, seed=4)
+        assert (row.ppl_low, row.ppl_high) == (math.exp(lo), math.exp(hi))
+    d = se.per_source(nll, groups).set_index("source")                        # 2000 resamples, seed 0
+    lo, hi = stats.bootstrap_mean_ci(np.array([2.0, 4.0]), n_boot=2000, seed=0)
+    assert (d.loc["x", "ppl_low"], d.loc["x", "ppl_high"]) == (math.exp(lo), math.exp(hi))
+    # a group of equal losses: its interval is the point
+    c = se.per_source([0.5, 0.5, 2.0], ["p", "p", "q"]).set_index("source")
+    assert c.loc["p", "ppl_low"] == c.loc["p", "ppl"] == c.loc["p", "ppl_high"] == math.exp(0.5)
+    assert c.loc["all", "nll"] == 1.0 and c.loc["q", "blocks"] == 1
+    with _raises("4 block losses for 5 groups"):
+        se.per_source(nll[:4], groups)
+
+
+def test_gaps_by_hand():
+    groups = np.array(["y", "x", "y", "x"])
+    a = np.array([3.0, 2.0, 5.0, 4.0])
+    b = np.array([2.5, 2.0, 4.0, 3.5])                 # a - b = 0.5, 0, 1, 0.5
+    g = se.gaps(a, b, groups, n_boot=300, seed=4)
+    assert list(g.columns) == ["source", "blocks", "gap_nats", "gap_low", "gap_high", "ppl_ratio", "ppl_ratio_low",
+                               "ppl_ratio_high"]
+    assert g.source.tolist() == ["all", "x", "y"] and g.blocks.tolist() == [4, 2, 2]
+    # all: 2 / 4 = 0.5; x: (0 + 0.5) / 2 = 0.25; y: (0.5 + 1) / 2 = 0.75
+    assert g.gap_nats.tolist() == [0.5, 0.25, 0.75]
+    assert np.allclose(g.ppl_ratio, np.exp([0.5, 0.25, 0.75]), rtol=1e-12)
+    for row, (x, y) in zip(g.itertuples(), ((a, b), (a[[1, 3]], b[[1, 3]]), (a[[0, 2]], b[[0, 2]]))):
+        lo, hi = stats.paired_bootstrap_ci(x, y, n_boot=300, seed=4)
+        assert (row.gap_low, row.gap_high, row.ppl_ratio_low, row.ppl_ratio_high) == (lo, hi, math.exp(lo), math.exp(hi))
+    d = se.gaps(a, b, groups).set_index("source")
+    lo, hi = stats.paired_bootstrap_ci(a, b, n_boot=2000, seed=0)
+    assert (d.loc["all", "gap_low"], d.loc["all", "gap_high"]) == (lo, hi)
+    with _raises("paired block losses must have one length: 4, 3, 4 groups"):
+        se.gaps(a, b[:3], groups)
+    with _raises("paired block losses must have one length: 3, 4, 4 groups"):
+        se.gaps(a[:3], b, groups)
+    with _raises("paired block losses must have one length: 4, 4, 3 groups"):
+        se.gaps(a, b, groups[:3])
+
+
+# --------------------------------------------------------------------------- first-half costs
+def _first_token_nll(first: int, targets) -> float:
+    return float(np.mean([A if t == first else C for t in targets]))
+
+
+def test_first_half_costs_by_hand():
+    # T = 6: h = 3, the predictions of tokens 4 and 5 are scored
+    blocks = torch.tensor([[0, 0, 0, 1, 0, 0],      # true: first 0, targets 0 0 -> A
+                           [1, 1, 1, 1, 1, 0],      # true: first 1, targets 1 0 -> (A + C) / 2
+                           [1, 1, 1, 0, 1, 1]])     # true: first 1, targets 1 1 -> A
+    m = _FirstToken().train()
+    t = se.first_half_costs(m, blocks, n_boot=200, seed=5, batch_size=2)
+    assert list(t.columns) == ["first_half", "cost_nats", "cost_low", "cost_high", "blocks", "loss_true"]
+    assert t.first_half.tolist() == ["replaced", "shuffled", "removed"] and (t.blocks == 3).all()
+    true = np.array([A, (A + C) / 2, A])
+    assert np.allclose(t.loss_true, true.mean(), rtol=0, atol=1e-6)
+    # replaced: row i's first token becomes row i+1's (cyclically): 1, 1, 0 -> C, (A + C) / 2, C
+    # shuffled: each first half is constant, a permutation changes nothing -> cost 0
+    # removed: the first token becomes x_3: 1, 1, 0 -> C, (A + C) / 2, C (the same as replaced here)
+    costs = {"replaced": np.array([C - A, 0.0, C - A]), "shuffled": np.zeros(3), "removed": np.array([C - A, 0.0, C - A])}
+    for row in t.itertuples():
+        d = costs[row.first_half]
+        assert row.cost_nats == pytest.approx(d.mean(), abs=1e-6)                # 2 ln 3 / 3 or 0
+        lo, hi = stats.bootstrap_mean_ci(d, n_boot=200, seed=5)
+        assert row.cost_low == pytest.approx(lo, abs=1e-6) and row.cost_high == pytest.approx(hi, abs=1e-6)
+    assert t.cost_nats[0] == pytest.approx(2 * LN3 / 3, abs=1e-6)
+    # calls: full blocks, replaced, shuffled in batches of 2 (2 + 1 rows), removed as (B, T - h)
+    assert [c[0] for c in m.calls] == [(2, 6), (1, 6)] * 3 + [(2, 3), (1, 3)]
+    assert all(c[1] is False and c[2] is False for c in m.calls) and m.training
+
+
+def test_first_half_costs_distinguish_replaced_shuffled_and_removed():
+    blocks = torch.tensor([[0, 1, 1, 1, 0, 1, 0, 0],
+                           [1, 0, 0, 1, 0, 1, 1, 1],
+                           [0, 0, 1, 0, 1, 1, 0, 0],
+                           [1, 1, 0, 0, 0, 0, 0, 1]])    # T = 8: h = 4, tokens 5, 6, 7 scored
+    m = _FirstToken().eval()
+    t = se.first_half_costs(m, blocks, seed=3, n_boot=100).set_index("first_half")
+    true = np.array([_first_token_nll(int(r[0]), r[5:].tolist()) for r in blocks])
+    g = torch.Generator().manual_seed(3)
+    shuffled_first = [int(r[:4][torch.randperm(4, generator=g)][0]) for r in blocks]
+    want_first = {"replaced": [1, 0, 1, 0],                       # the next row's first token
+                  "shuffled": shuffled_first,
+                  "removed": [int(r[4]) for r in blocks]}           # x_h: 0, 0, 1, 0
+    for name, firsts in want_first.items():
+        nll = np.array([_first_token_nll(f, r[5:].tolist()) for f, r in zip(firsts, blocks)])
+        assert t.loc[name, "cost_nats"] == pytest.approx(float((nll - true).mean()), abs=1e-6), name
+        lo, hi = stats.paired_bootstrap_ci(nll, true, n_boot=100, seed=3)
+        assert (t.loc[name, "cost_low"], t.loc[name, "cost_high"]) == pytest.approx((lo, hi), abs=1e-6)
+    # by hand (targets 1 0 0, 1 1 1, 1 0 0, 0 0 1): true (2A+C)/3, A, (2A+C)/3, (A+2C)/3, mean (2A+C)/3;
+    # replaced, first tokens 1 0 1 0: costs (C-A)/3, C-A, (C-A)/3, (A-C)/3 -> mean (C-A)/3 = ln 3 / 3;
+    # removed, first tokens 0 0 1 0: costs 0, C-A, (C-A)/3, (A-C)/3 -> mean (C-A)/4 = ln 3 / 4
+    assert t.loc["replaced", "cost_nats"] == pytest.approx(LN3 / 3, abs=1e-6)
+    assert t.loc["removed", "cost_nats"] == pytest.approx(LN3 / 4, abs=1e-6)
+    assert t.loc["removed", "loss_true"] == pytest.approx((2 * A + C) / 3, abs=1e-6)
+    # the seed draws the shuffles: a permutation that differs in some row's first token
+    assert not m.training and t.loc["shuffled", "blocks"] == 4
+
+
+def test_first_half_costs_refuse_small_or_badly_shaped_blocks():
+    m = _FirstToken()
+    for shape in ((1, 6), (2, 3), (6,), (2, 2, 4)):
+        with _raises(f"blocks must be (B >= 2, T >= 4) token ids, got {shape}"):
+            se.first_half_costs(m, torch.zeros(shape, dtype=torch.long))
+    t = se.first_half_costs(m, torch.zeros((2, 4), dtype=torch.long), n_boot=10)   # the smallest accepted
+    assert np.allclose(t.cost_nats, 0.0) and np.allclose(t.loss_true, A)
+
+
+# --------------------------------------------------------------------------- prototype usage
+class _ProtoConfigModel:
+    def __init__(self, R: int, model_type="protot"):
+        self.config = SimpleNamespace(model_type=model_type, num_prototypes=R)
+
+
+def _planted_gates(monkeypatch, asked):
+    """collect_gates stand-in: two layers, R = 4, two positions each. Write gates: layer 0 positions
+    (0.5, 0.5, 0, 0) and (0.5, 0.3, 0.2, 0) -> shares (0.5, 0.4, 0.1, 0); layer 1 even (1/4 each).
+    Read gates: all the mass on prototype 3 (must not be reported)."""
+    import protot.concepts as concepts
+
+    write = np.array([[[[0.5, 0.5, 0, 0], [0.5, 0.3, 0.2, 0]]], [[[0.25] * 4, [0.25] * 4]]], dtype=np.float32)
+    read = np.zeros_like(write)
+    read[..., 3] = 1.0
+
+    def fake(model, blocks, batch_size=8):
+        asked.append((model, blocks, batch_size))
+        return GateStats(ids=np.zeros((1, 2), dtype=np.int64), write=write, read=read,
+                         half_life=np.ones((2, 4)), vocab_size=5)
+
+    monkeypatch.setattr(concepts, "collect_gates", fake)
+
+
+def test_usage_on_planted_write_gates(monkeypatch):
+    asked = []
+    _planted_gates(monkeypatch, asked)
+    m, blocks = _ProtoConfigModel(4), torch.zeros((1, 2), dtype=torch.long)
+    u = se.usage(m, blocks, dead_share=0.15, batch_size=3)
+    assert list(u.columns) == ["layer", "prototypes", "effective", "max_share", "dead", "dead_share_floor"]
+    assert u.layer.tolist() == [0, 1] and u.prototypes.tolist() == [4, 4]
+    # layer 0: exp(-(0.5 ln 0.5 + 0.4 ln 0.4 + 0.1 ln 0.1)); layer 1: 4
+    h0 = -(0.5 * math.log(0.5) + 0.4 * math.log(0.4) + 0.1 * math.log(0.1))
+    assert u.effective.tolist() == pytest.approx([math.exp(h0), 4.0], abs=1e-6)
+    assert u.max_share.tolist() == pytest.approx([0.5, 0.25], abs=1e-7)
+    assert u.dead.tolist() == [2, 0]                                 # 0.1 and 0 below 0.15
+    assert u.dead_share_floor.tolist() == [0.15, 0.15]
+    assert asked == [(m, blocks, 3)]
+    # defaults: batches of 8, a floor of 1e-3 (only the empty prototype is dead)
+    d = se.usage(m, blocks)
+    assert d.dead.tolist() == [1, 0] and d.dead_share_floor.tolist() == [1e-3, 1e-3] and asked[-1][2] == 8
+    # a floor of 0.11: 0.1 is below it
+    assert se.usage(m, blocks, dead_share=0.11).dead.tolist() == [2, 0]
+    assert se.usage(m, blocks, dead_share=0.09).dead.tolist() == [1, 0]
+
+
+def test_usage_refusals(monkeypatch):
+    asked = []
+    _planted_gates(monkeypatch, asked)
+    blocks = torch.zeros((1, 2), dtype=torch.long)
+    with _raises("usage needs a ProtoT model, got _ProtoConfigModel"):
+        se.usage(_ProtoConfigModel(4, model_type="llama"), blocks)
+    bare = SimpleNamespace(config=SimpleNamespace())
+    with _raises("usage needs a ProtoT model, got SimpleNamespace"):
+        se.usage(bare, blocks)
+    for share in (0.0, -0.1, 0.25, 0.3):                             # R = 4: (0, 0.25)
+        with _raises(f"dead_share must lie in (0, 1/R) = (0, 0.25), got {share}"):
+            se.usage(_ProtoConfigModel(4), blocks, dead_share=share)
+    with _raises("dead_share must lie in (0, 1/R) = (0, 0.3333), got 0.5"):
+        se.usage(_ProtoConfigModel(3), blocks, dead_share=0.5)
+    assert asked == []                                                # refused before any gate is read
+
+
+# --------------------------------------------------------------------------- committed models
+def test_status_of_and_seeded_ids():
+    assert se.status_of(None) == "not committed" == se.NOT_COMMITTED
+    assert se.status_of({"status": "final"}) == "final" and se.status_of({"arch": "llama"}) == "unknown"
+    assert se.RANKED == ("protot", "llama", "mamba", "deltanet")
+    rng = np.random.default_rng(1)
+    assert se._seeded_ids(5, None, rng).tolist() == [0, 1, 2, 3, 4]
+    assert se._seeded_ids(5, 5, rng).tolist() == [0, 1, 2, 3, 4] and se._seeded_ids(5, 7, rng).tolist() == [0, 1, 2, 3, 4]
+    assert rng.integers(0, 1 << 30) == np.random.default_rng(1).integers(0, 1 << 30)   # none of these drew
+    got = se._seeded_ids(10, 4, np.random.default_rng(2))
+    assert got.tolist() == sorted(np.random.default_rng(2).choice(10, size=4, replace=False).tolist())
+    assert len(set(got.tolist())) == 4
+
+
+P_PROTOT = HALF
+P_LLAMA = [[0.25, 0.5, 0.25], [0.25, 0.25, 0.5], [0.5, 0.25, 0.25]]     # favours the next token cyclically
+
+
+def _stand_ins(monkeypatch, context: int, n_docs: int, wiki_blocks: int, sources):
+    """Validation stream: n_docs documents of context - 1 tokens (1s and 2s) + end-of-text, so block i
+    is document i; WikiText-2: wiki_blocks blocks of seeded tokens. Committed: protot-x (a ProtoT,
+    final) and llama-x (in-progress); usage recorded instead of run."""
+    from compendium import data
+    from protot.train import pretrained
+
+    eos = tk.eos_id()
+    assert eos == 0
+    rng = np.random.default_rng(7)
+    docs = [np.r_[rng.integers(1, 3, context - 1), eos] for _ in range(n_docs)]
+    val = np.concatenate(docs).astype(np.uint16)
+    wiki = rng.integers(0, 3, wiki_blocks * context + 3).astype(np.uint16)
+    streams = {"validation": val, "wikitext2-test": wiki}
+    read = []
+    monkeypatch.setattr(packing, "token_stream", lambda split, lang="en": read.append(split) or streams[split])
+    monkeypatch.setattr(data, "load_corpus", lambda split, lang: {"source": list(sources)})
+    models = {"protot-x": _Bigram(P_PROTOT, "protot"), "llama-x": _Bigram(P_LLAMA)}
+    mans = {"protot-x": {"arch": "protot", "status": "final"}, "llama-x": {"arch": "llama", "status": "in-progress"}}
+    loaded, used = [], []
+    monkeypatch.setattr(pretrained, "available", lambda: ["llama-x", "protot-x", "spare-x"])
+    monkeypatch.setattr(pretrained, "manifest", lambda n: mans[n])
+    monkeypatch.setattr(pretrained, "load", lambda n, device="cpu": loaded.append((n, device)) or SimpleNamespace(model=models[n]))
+
+    def fake_usage(model, blocks):
+        used.append((model, blocks))
+        return pd.DataFrame({"layer": [0], "effective": [1.5]})
+
+    monkeypatch.setattr(se, "usage", fake_usage)
+    return val, wiki, models, loaded, used, read
+
+
+def test_compare_committed_with_its_defaults(monkeypatch):
+    """context 256, every block, seed 0, 2000 resamples, every WikiText-2 block, 256 context blocks, 64
+    usage blocks: 300 documents of one block each (200 textbooks, 60 brown, 40 news)."""
+    sources = ["openstax"] * 200 + ["brown"] * 60 + ["abc"] * 40
+    val, wiki, models, loaded, used, read = _stand_ins(monkeypatch, 256, 300, 5, sources)
+    import time
+
+    start = time.perf_counter()
+    c = se.compare_committed(["protot-x", "mamba-x", "llama-x"])
+    wall = time.perf_counter() - start
+    assert read == ["validation", "wikitext2-test"]                  # each stream read once
+    assert loaded == [("protot-x", "cpu"), ("llama-x", "cpu")]
+    assert c.manifests == {"protot-x": {"arch": "protot", "status": "final"}, "mamba-x": None,
+                           "llama-x": {"arch": "llama", "status": "in-progress"}}
+    groups = np.array(["textbooks"] * 200 + ["brown"] * 60 + ["news and speeches"] * 40)
+    assert c.ids.tolist() == list(range(300)) and c.groups.tolist() == groups.tolist()
+    blocks = val.reshape(300, 256).astype(int)
+    want = {n: np.array([_bigram_nll(P, b) for b in blocks]) for n, P in (("protot-x", P_PROTOT), ("llama-x", P_LLAMA))}
+    assert list(c.nll) == ["protot-x", "llama-x"]
+    for n in want:
+        np.testing.assert_allclose(c.nll[n], want[n], rtol=0, atol=1e-6)
+    # seconds per block: the time of block_nll over the 300 blocks, a part of the whole call, / 300
+    assert set(c.seconds_per_block) == {"protot-x", "llama-x"}
+    assert all(0 < s * 300 < wall for s in c.seconds_per_block.values())
+    assert sum(c.seconds_per_block.values()) * 300 < wall
+    t = c.tables
+    labels = [("protot-x", "protot", "final"), ("llama-x", "llama", "in-progress")]
+    for k in ("per_source", "gaps", "wikitext2", "wikitext2_gaps", "context_use", "usage"):
+        assert t[k].index.tolist() == list(range(len(t[k]))), k           # one index over the models
+    ps = t["per_source"]
+    assert ps[["model", "arch", "status"]].drop_duplicates().values.tolist() == [list(x) for x in labels]
+    assert ps.source.tolist() == ["all", "brown", "news and speeches", "textbooks"] * 2
+    ref = se.per_source(c.nll["protot-x"], groups, n_boot=2000, seed=0)
+    pd.testing.assert_frame_equal(ps.iloc[:4].drop(columns=["model", "arch", "status"]).reset_index(drop=True), ref)
+    # WikiText-2: 5 whole blocks of 256, one row per model
+    wb = wiki[:5 * 256].reshape(5, 256).astype(int)
+    w = t["wikitext2"]
+    assert w.source.tolist() == ["wikitext2"] * 2 and w.blocks.tolist() == [5, 5] and w.model.tolist() == ["protot-x", "llama-x"]
+    assert w.nll.tolist() == pytest.approx([np.mean([_bigram_nll(P, b) for b in wb]) for P in (P_PROTOT, P_LLAMA)], abs=1e-6)
+    lo, hi = stats.bootstrap_mean_ci(np.array([_bigram_nll(P_LLAMA, b) for b in wb]), n_boot=2000, seed=0)
+    assert (w.ppl_low.iloc[1], w.ppl_high.iloc[1]) == pytest.approx((math.exp(lo), math.exp(hi)), rel=1e-6)
+    # context use on 256 seeded validation blocks, usage on 64: the generator of seed 0 draws them in turn
+    rng = np.random.default_rng(0)
+    ctx = np.sort(rng.choice(300, size=256, replace=False))
+    use = np.sort(rng.choice(300, size=64, replace=False))
+    cu = t["context_use"]
+    assert (cu.blocks == 256).all() and cu.model.tolist() == ["protot-x"] * 3 + ["llama-x"] * 3
+    bigram_ctx = se.first_half_costs(models["protot-x"], packing.gather(val, ctx, 256), seed=0, n_boot=2000)
+    pd.testing.assert_frame_equal(cu.iloc[:3].drop(columns=["model", "arch", "status"]).reset_index(drop=True), bigram_ctx)
+    assert len(used) == 1 and used[0][0] is models["protot-x"]
+    assert torch.equal(used[0][1], packing.gather(val, use, 256))
+    assert t["usage"].to_dict("list") == {"layer": [0], "effective": [1.5], "model": ["protot-x"], "arch": ["protot"],
+                                          "status": ["final"]}
+    # gaps: the first name minus each later one, whatever its status
+    gp = t["gaps"]
+    assert gp.source.tolist() == ["all", "brown", "news and speeches", "textbooks"]
+    assert (gp.model == "protot-x").all() and (gp.against == "llama-x").all() and (gp.against_status == "in-progress").all()
+    pd.testing.assert_frame_equal(gp.drop(columns=["model", "against", "against_status"]),
+                                  se.gaps(want["protot-x"], want["llama-x"], groups, n_boot=2000, seed=0), atol=1e-6)
+    wg = t["wikitext2_gaps"]
+    assert wg.source.tolist() == ["wikitext2"] and wg.blocks.tolist() == [5]
+    assert wg[["model", "against", "against_status"]].values.tolist() == [["protot-x", "llama-x", "in-progress"]]
+
+
+def test_compare_committed_with_chosen_sizes(monkeypatch):
+    sources = ["openstax"] * 6 + ["state_union"] * 4 + ["brown"] * 2
+    val, wiki, models, loaded, used, _ = _stand_ins(monkeypatch, 8, 12, 9, sources)
+    c = se.compare_committed(["llama-x", "protot-x"], context=8, blocks=6, seed=3, n_boot=40, wiki_blocks=4,
+                             context_blocks=5, usage_blocks=3, device="meta")
+    assert loaded == [("llama-x", "meta"), ("protot-x", "meta")]
+    groups = np.array(["textbooks"] * 6 + ["news and speeches"] * 4 + ["brown"] * 2)
+    ids = se.stratified_blocks(groups, 6, seed=3)
+    assert c.ids.tolist() == ids.tolist() and c.groups.tolist() == groups[ids].tolist()
+    # 6 of 12: brown 1, news 2, textbooks 3
+    assert sorted(c.groups.tolist()) == ["brown"] + ["news and speeches"] * 2 + ["textbooks"] * 3
+    blocks = val.reshape(12, 8).astype(int)
+    np.testing.assert_allclose(c.nll["llama-x"], [_bigram_nll(P_LLAMA, blocks[i]) for i in ids], atol=1e-6)
+    rng = np.random.default_rng(3)
+    wiki_ids = np.sort(rng.choice(9, size=4, replace=False))
+    ctx = np.sort(rng.choice(12, size=5, replace=False))
+    use = np.sort(rng.choice(12, size=3, replace=False))
+    wb = wiki[:72].reshape(9, 8).astype(int)
+    w = c.tables["wikitext2"].set_index("model")
+    assert w.loc["protot-x", "nll"] == pytest.approx(np.mean([_bigram_nll(P_PROTOT, wb[i]) for i in wiki_ids]), abs=1e-6)
+    assert (w.blocks == 4).all()
+    assert (c.tables["context_use"].blocks == 5).all()
+    pd.testing.assert_frame_equal(
+        c.tables["context_use"].iloc[3:].drop(columns=["model", "arch", "status"]).reset_index(drop=True),
+        se.first_half_costs(models["protot-x"], packing.gather(val, ctx, 8), seed=3, n_boot=40))
+    assert torch.equal(used[0][1], packing.gather(val, use, 8))
+    # the per-source table of the seeded sample, 40 resamples of seed 3
+    pd.testing.assert_frame_equal(
+        c.tables["per_source"].iloc[:4].drop(columns=["model", "arch", "status"]).reset_index(drop=True),
+        se.per_source(c.nll["llama-x"], groups[ids], n_boot=40, seed=3))
+    g = c.tables["gaps"]
+    assert (g.model == "llama-x").all() and (g.against == "protot-x").all() and (g.against_status == "final").all()
+    wg = c.tables["wikitext2_gaps"]
+    lo, hi = stats.paired_bootstrap_ci(
+        [_bigram_nll(P_LLAMA, wb[i]) for i in wiki_ids], [_bigram_nll(P_PROTOT, wb[i]) for i in wiki_ids], n_boot=40, seed=3)
+    assert (wg.gap_low.iloc[0], wg.gap_high.iloc[0]) == pytest.approx((lo, hi), abs=1e-6)
+
+
+def test_compare_committed_without_a_committed_first_name_has_no_gaps(monkeypatch):
+    sources = ["openstax"] * 4
+    _stand_ins(monkeypatch, 8, 4, 2, sources)
+    c = se.compare_committed(["mamba-x", "protot-x", "llama-x"], context=8, n_boot=20, context_blocks=2, usage_blocks=2)
+    assert list(c.nll) == ["protot-x", "llama-x"]
+    assert c.tables["gaps"].empty and c.tables["wikitext2_gaps"].empty and len(c.tables["per_source"]) == 4
+    none = se.compare_committed([], context=8, n_boot=20)
+    assert none.nll == {} and none.manifests == {} and none.seconds_per_block == {}
+    assert list(none.tables) == ["per_source", "gaps", "wikitext2", "wikitext2_gaps", "context_use", "usage"]
+    assert all(isinstance(v, pd.DataFrame) and v.empty for v in none.tables.values())
+
+
+# --------------------------------------------------------------------------- claim protot/ppl-ranking
+def _man(arch, status="final", **changes):
+    m = {"arch": arch, "status": status, "steps": 10, "planned_steps": 10, "tokens_seen": 1000,
+         "eval": {"validation": {"ppl": 9.0}}, "data": {"data_key": "k"}, "tokenizer": {"sha256": "t"},
+         "parameters": {"non_embedding": 100}, "train_config": {"arch": arch, "lr": 1e-3}}
+    m.update(changes)
+    return m
+
+
+def _all_four():
+    return {f"{a}-x": _man(a) for a in se.RANKED}
+
+
+GROUPS4 = np.array(["brown", "textbooks", "brown", "brown"])
+NLL4 = {"protot-x": np.array([2.0, 3.0, 4.0, 5.0]),       # mean 3.5
+        "llama-x": np.array([1.9, 2.9, 3.9, 4.9]),        # gap +0.1 on every block
+        "mamba-x": np.array([2.5, 2.5, 4.5, 4.5]),        # gaps -0.5, +0.5, -0.5, +0.5: mean 0
+        "deltanet-x": np.array([2.0, 3.0, 4.0, 5.0])}     # gap 0
+
+
+def test_measure_ranking_values_evidence_tables_and_note_by_hand():
+    m = se.measure_ranking(NLL4, _all_four(), list(GROUPS4), 100.0, n_boot=60, seed=2, tables={"extra": 1},
+                           evidence={"source": "test"}, config={"context": 4}, note="by hand")
+    v = m.values
+    assert m.claim == "protot/ppl-ranking" and m.config == {"context": 4}
+    assert v["nll_gap_llama"] == pytest.approx(0.1, abs=1e-12)
+    assert v["nll_gap_llama_ci_low"] == pytest.approx(0.1, abs=1e-12) and v["nll_gap_llama_ci_high"] == pytest.approx(0.1, abs=1e-12)
+    assert v["nll_gap_mamba"] == 0.0 and v["nll_gap_deltanet"] == 0.0
+    lo, hi = stats.paired_bootstrap_ci(NLL4["protot-x"], NLL4["mamba-x"], n_boot=60, seed=2)
+    assert (v["nll_gap_mamba_ci_low"], v["nll_gap_mamba_ci_high"]) == (lo, hi)
+    assert v["nll_gap_deltanet_ci_low"] == v["nll_gap_deltanet_ci_high"] == 0.0
+    # the worst perplexity: mamba and protot both have mean 3.5, llama 3.4 -> exp(3.5) / 100
+    assert v["worst_ppl_over_unigram"] == pytest.approx(math.exp(3.5) / 100.0, rel=1e-12)
+    assert v["models_final"] is True and v["blocks"] == 4
+    assert list(v) == ["nll_gap_llama", "nll_gap_llama_ci_low", "nll_gap_llama_ci_high", "nll_gap_mamba",
+                       "nll_gap_mamba_ci_low", "nll_gap_mamba_ci_high", "nll_gap_deltanet", "nll_gap_deltanet_ci_low",
+                       "nll_gap_deltanet_ci_high", "models_final", "worst_ppl_over_unigram", "blocks"]
+    ev = m.evidence
+    assert ev["models"] == {n: "final" for n in NLL4} and ev["not final or not at equal budget"] == []
+    assert ev["ppl over the blocks"] == pytest.approx({"protot-x": math.exp(3.5), "llama-x": math.exp(3.4),
+                                                       "mamba-x": math.exp(3.5), "deltanet-x": math.exp(3.5)}, rel=1e-12)
+    assert ev["unigram_ppl"] == 100.0 and ev["source"] == "test"
+    assert ev["ppl ratio ProtoT / other"] == pytest.approx({"llama": math.exp(0.1), "mamba": 1.0, "deltanet": 1.0}, rel=1e-12)
+    assert ev["blocks per source"] == {"brown": 3, "textbooks": 1}
+    assert list(m.tables) == ["extra", "ranking_gaps"] and m.tables["extra"] == 1
+    rg = m.tables["ranking_gaps"]
+    assert rg.against.tolist() == ["llama-x"] * 3 + ["mamba-x"] * 3 + ["deltanet-x"] * 3 and (rg.model == "protot-x").all()
+    assert rg.source.tolist() == ["all", "brown", "textbooks"] * 3
+    # mamba on brown: (-0.5 - 0.5 + 0.5) / 3 = -1/6; on textbooks +0.5
+    assert rg.gap_nats.iloc[4] == pytest.approx(-1 / 6, abs=1e-12) and rg.gap_nats.iloc[5] == pytest.approx(0.5, abs=1e-12)
+    assert m.note == ("mean NLL gap per token, ProtoT minus each model (nats; 95% paired bootstrap interval over 4 "
+                      f"validation blocks): llama +0.1000 [+0.1000, +0.1000]; mamba +0.0000 [{lo:+.4f}, {hi:+.4f}]; "
+                      "deltanet +0.0000 [+0.0000, +0.0000]; by hand")
+    # defaults: 2000 resamples of seed 0, no extra tables, evidence, config or note
+    d = se.measure_ranking(NLL4, _all_four(), GROUPS4, 100.0)
+    lo, hi = stats.paired_bootstrap_ci(NLL4["protot-x"], NLL4["mamba-x"], n_boot=2000, seed=0)
+    assert (d.values["nll_gap_mamba_ci_low"], d.values["nll_gap_mamba_ci_high"]) == (lo, hi)
+    assert d.config == {} and list(d.tables) == ["ranking_gaps"] and d.note.endswith(f"[{lo:+.4f}, {hi:+.4f}]; "
+                                                                                       "deltanet +0.0000 [+0.0000, +0.0000]")
+    assert set(d.evidence) == {"models", "not final or not at equal budget", "ppl over the blocks", "unigram_ppl",
+                               "ppl ratio ProtoT / other", "blocks per source"}
+
+
+def test_measure_ranking_without_finals_names_what_is_missing():
+    manifests = {"protot-x": _man("protot"), "llama-x": _man("llama", "in-progress"), "mamba-x": None,
+                 "deltanet-x": _man("deltanet", "in-progress"), "deltanet-old": None}
+    nll = {n: NLL4[n] for n in ("protot-x", "llama-x", "deltanet-x")}
+    m = se.measure_ranking(nll, manifests, GROUPS4, 50.0, n_boot=20)
+    v = m.values
+    for a in ("llama", "mamba", "deltanet"):
+        assert v[f"nll_gap_{a}"] is None and v[f"nll_gap_{a}_ci_low"] is None and v[f"nll_gap_{a}_ci_high"] is None
+    # one final model: no budget comparison
+    assert m.evidence["not final or not at equal budget"] == ["llama: no final model (llama-x is in-progress)",
+                                                              "mamba: no final model committed",
+                                                              "deltanet: no final model (deltanet-x is in-progress)"]
+    assert v["models_final"] is False and "ranking_gaps" not in m.tables and m.evidence["ppl ratio ProtoT / other"] == {}
+    assert m.evidence["models"] == {"protot-x": "final", "llama-x": "in-progress", "mamba-x": "not committed",
+                                    "deltanet-x": "in-progress", "deltanet-old": "not committed"}
+    assert v["worst_ppl_over_unigram"] == pytest.approx(math.exp(3.5) / 50.0, rel=1e-12)
+    assert m.note == ("mean NLL gap per token, ProtoT minus each model (nats; 95% paired bootstrap interval over 4 "
+                      "validation blocks): llama not measured; mamba not measured; deltanet not measured")
+
+
+def test_measure_ranking_two_finals_at_unequal_budgets():
+    manifests = {"protot-x": _man("protot"), "llama-x": _man("llama", tokens_seen=900)}
+    nll = {n: NLL4[n] for n in manifests}
+    m = se.measure_ranking(nll, manifests, GROUPS4, 50.0, n_boot=20)
+    assert m.values["nll_gap_llama"] == pytest.approx(0.1, abs=1e-12) and m.values["nll_gap_mamba"] is None
+    assert m.evidence["not final or not at equal budget"] == [
+        "mamba: no final model committed", "deltanet: no final model committed",
+        "tokens seen differ: {'protot-x': 1000, 'llama-x': 900}"]
+    assert m.values["models_final"] is False
+    # a final ProtoT missing: nothing is measured, though llama is final
+    m2 = se.measure_ranking({"llama-x": NLL4["llama-x"]}, {"llama-x": _man("llama")}, GROUPS4, 50.0, n_boot=20)
+    assert m2.values["nll_gap_llama"] is None
+    assert m2.evidence["not final or not at equal budget"][0] == "protot: no final model committed"
+
+
+def test_measure_ranking_refusals_in_full():
+    four = _all_four()
+    with _raises("measure_ranking: no committed model was measured"):
+        se.measure_ranking({}, four, GROUPS4, 100.0)
+    with _raises("measure_ranking: losses of ['gpt-x'], which the manifests do not list as committed"):
+        se.measure_ranking({**NLL4, "gpt-x": NLL4["llama-x"]}, four, GROUPS4, 100.0)
+    with _raises("measure_ranking: losses of ['mamba-x'], which the manifests do not list as committed"):
+        se.measure_ranking(NLL4, {**four, "mamba-x": None}, GROUPS4, 100.0)
+    with _raises("measure_ranking: block losses must cover the 4 blocks, got {'llama-x': 3}"):
+        se.measure_ranking({**NLL4, "llama-x": NLL4["llama-x"][:3]}, four, GROUPS4, 100.0)
+    for bad in (0.0, -1.0):
+        with _raises(f"measure_ranking: the unigram perplexity must be positive, got {bad}"):
+            se.measure_ranking(NLL4, four, GROUPS4, bad)
+    with _raises("measure_ranking: one committed model per architecture, got {'protot-x': 'protot', 'llama-x': "
+                 "'llama', 'mamba-x': 'llama', 'deltanet-x': 'deltanet'}"):
+        se.measure_ranking(NLL4, {**four, "mamba-x": _man("llama")}, GROUPS4, 100.0)
+    with _raises("measure_ranking: final model(s) ['mamba-x'] were not measured"):
+        se.measure_ranking({n: v for n, v in NLL4.items() if n != "mamba-x"}, four, GROUPS4, 100.0)
+    # an unfinished model need not be measured
+    m = se.measure_ranking({n: v for n, v in NLL4.items() if n != "mamba-x"},
+                           {**four, "mamba-x": _man("mamba", "in-progress")}, GROUPS4, 100.0, n_boot=20)
+    assert m.values["nll_gap_mamba"] is None and m.values["nll_gap_deltanet"] == 0.0
