@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -57,7 +58,8 @@ def test_js_divergence_refusals():
     for p, q in (([0.5, -0.5], [0.5, 0.5]), ([0.5, 0.5], [1.5, -0.5])):
         with _raises("probabilities must be non-negative"):
             mt.js_divergence(p, q)
-    for p, q in (([0.0, 0.0], [0.5, 0.5]), ([[0.5, 0.5], [1.0, 0.0]], [[0.5, 0.5], [0.0, 0.0]])):
+    for p, q in (([0.0, 0.0], [0.5, 0.5]), ([[0.5, 0.5], [1.0, 0.0]], [[0.5, 0.5], [0.0, 0.0]]),
+                 ([[0.5, 0.5], [0.0, 0.0]], [[0.5, 0.5], [1.0, 0.0]])):
         with _raises("a probability vector sums to 0"):
             mt.js_divergence(p, q)
 
@@ -114,8 +116,10 @@ def test_spearman_by_hand():
     # (-1.5,-.5,.5,1.5): 4 / (2 sqrt 5) = 2 / sqrt 5, either way round
     assert mt.spearman([1, 1, 2, 2], [1, 2, 3, 4]) == pytest.approx(2 / math.sqrt(5), abs=1e-15)
     assert mt.spearman([1, 2, 3, 4], [5, 5, 7, 7]) == pytest.approx(2 / math.sqrt(5), abs=1e-15)
-    for x, y in (([1.0], [2.0]), ([], []), ([3, 3, 3], [1, 2, 3]), ([1, 2, 3], [4, 4, 4])):
-        assert math.isnan(mt.spearman(x, y))
+    with warnings.catch_warnings():                      # nan, and quietly (no division by zero)
+        warnings.simplefilter("error")
+        for x, y in (([1.0], [2.0]), ([], []), ([3, 3, 3], [1, 2, 3]), ([1, 2, 3], [4, 4, 4])):
+            assert math.isnan(mt.spearman(x, y))
     with _raises("spearman needs two samples of the same length, got 3 and 2"):
         mt.spearman([1, 2, 3], [1, 2])
 
@@ -365,6 +369,68 @@ def test_order_agreement_defaults_use_the_preserving_types_and_js():
     assert (o["rho_ci_lo"], o["rho_ci_hi"]) != (f["rho_ci_lo"], f["rho_ci_hi"])
 
 
+def _continuous(types, n=12, seed=0):
+    """Pairs of ``types`` with spread, seeded scores (type i around 0.1 x (i + 1)): bootstrap ends that
+    move with the seed and the number of resamples."""
+    rng = np.random.default_rng(seed)
+    return _pairs({t: list(0.1 * (i + 1) + rng.uniform(-0.15, 0.15, n)) for i, t in enumerate(types)})
+
+
+def test_defaults_draw_2000_resamples_of_seed_0():
+    """type_summary, control_separation, min_order_agreement and direction_comparison with their
+    defaults against the same calls with 2000 resamples of seed 0 written out, and those against
+    another seed and another number of resamples (the data tell them apart)."""
+    pairs, scores = _continuous(PRESERVING + CHANGING)
+    _, other = _continuous(PRESERVING + CHANGING, seed=1)
+    paper = {"P": {t: float(i) for i, t in enumerate(PRESERVING)}}
+    calls = {
+        "type_summary": lambda **kw: cp.type_summary(pairs, scores, **kw)[["ci_lo", "ci_hi"]].to_numpy().tolist(),
+        "control_separation": lambda **kw: cp.control_separation(pairs, scores, **kw),
+        "direction_comparison": lambda **kw: cp.direction_comparison(pairs, scores, other, paper["P"], paper["P"], **kw)[
+            ["ci_lo", "ci_hi"]].to_numpy().tolist(),
+    }
+    for name, call in calls.items():
+        d = call()
+        assert d == call(n_boot=2000, seed=0), name
+        assert d != call(n_boot=2000, seed=1) and d != call(n_boot=2001, seed=0), name
+
+
+def test_min_order_agreement_defaults(monkeypatch):
+    """Its interval: bootstrap_groups_ci with 2000 resamples of seed 0 at the 95% level (Spearman
+    correlations of seven types take few values, so the ends alone would not show the draw)."""
+    pairs, scores = _continuous(PRESERVING)
+    paper = {"P": {t: float(i) for i, t in enumerate(PRESERVING)}}
+    asked, real = [], cp.bootstrap_groups_ci
+    monkeypatch.setattr(cp, "bootstrap_groups_ci", lambda f, *g, **kw: asked.append(kw) or real(f, *g, **kw))
+    got = cp.min_order_agreement(pairs, {"P": scores}, paper)
+    assert asked == [{"n_boot": 2000, "seed": 0, "level": 0.95}]
+    assert got == cp.min_order_agreement(pairs, {"P": scores}, paper, col="js", types=PRESERVING, n_boot=2000, seed=0,
+                                         level=0.95)
+
+
+def test_control_separation_level():
+    pairs, scores = _continuous(("gender", "number", "typo", "synonym"), n=9, seed=3)
+    s = cp.control_separation(pairs, scores, n_boot=300, seed=1, level=0.5)
+    # types in the order gender, number (changing), synonym, typo (preserving); the quartiles
+    vals = {t: scores.js[pairs.edit_type == t].to_numpy() for t in ("gender", "number", "synonym", "typo")}
+    assert (s["ci_lo"], s["ci_hi"]) == pytest.approx(_sep_boot(vals, ["gender", "number", "synonym", "typo"], 300, 1, 2, 0.5),
+                                                      abs=1e-15)
+    assert (s["ci_lo"], s["ci_hi"]) != pytest.approx(_sep_boot(vals, ["gender", "number", "synonym", "typo"], 300, 1, 2, 2 / 3),
+                                                      abs=1e-6)
+
+
+def test_direction_comparison_passes_its_resamples_on():
+    pairs, sa = _continuous(("a", "b"), seed=4)
+    _, sb = _continuous(("a", "b"), seed=5)
+    d = cp.direction_comparison(pairs, sa, sb, {"a": 1.0, "b": 1.0}, {"a": 2.0, "b": 2.0}, types=("a", "b"), n_boot=70, seed=6)
+    for t in ("a", "b"):
+        sel = pairs.edit_type == t
+        lo, hi = stats.paired_bootstrap_ci(sa.js[sel], sb.js[sel], n_boot=70, seed=6)
+        assert (d.loc[t, "ci_lo"], d.loc[t, "ci_hi"]) == (lo, hi)
+        assert (lo, hi) != stats.paired_bootstrap_ci(sa.js[sel], sb.js[sel], n_boot=2000, seed=6)
+        assert (lo, hi) != stats.paired_bootstrap_ci(sa.js[sel], sb.js[sel], n_boot=70, seed=0)
+
+
 def test_min_order_agreement_refuses_no_models():
     pairs, scores = _pairs({"a": [0.1]})
     with _raises("min_order_agreement needs at least one model's scores"):
@@ -427,9 +493,9 @@ def test_direction_comparison_by_hand():
 def test_direction_comparison_tie_threshold():
     pairs, sa, sb = _dir_inputs()
     # |3 - 1| = 2 against tie_rel x (3 + 1) / 2 = 2 tie_rel: a tie only when 2 < 2 tie_rel
-    for rel, want in ((1.0, "above"), (1.01, "tie"), (0.5, "above")):
+    for rel, want, agree in ((1.0, "above", True), (1.01, "tie", None), (0.5, "above", True)):
         d = cp.direction_comparison(pairs, sa, sb, {"a": 3.0}, {"a": 1.0}, types=("a",), tie_rel=rel, n_boot=20)
-        assert d.theirs.tolist() == [want], rel
+        assert d.theirs.tolist() == [want] and d.ours.tolist() == ["above"] and d.agree.tolist() == [agree], rel
     # the default 1%: 2 vs 1 is no tie, 1 vs 1.0099 is
     d = cp.direction_comparison(pairs, sa, sb, {"a": 2.0, "b": 1.0}, {"a": 1.0, "b": 1.0099}, types=("a", "b"), n_boot=20)
     assert d.theirs.tolist() == ["above", "tie"]
@@ -550,6 +616,7 @@ def test_measure_robustness_on_planted_scores_in_full():
     assert order.model.tolist() == ["ProtoT"] * 7 + ["LLaMA"] * 7 and order.type.tolist() == list(PRESERVING) * 2
     assert order.theirs.tolist() == [PAPER["ProtoT"][t] for t in PRESERVING] + [PAPER["LLaMA"][t] for t in PRESERVING]
     js = m.tables["robustness_js"]
+    assert js.index.tolist() == list(range(20))                        # one index over the two models
     assert js.columns.tolist() == ["type", "mean", "ci_lo", "ci_hi", "median", "n", "model"] and len(js) == 20
     assert js.type.tolist() == list(PRESERVING + CHANGING) * 2 and js.model.tolist() == ["ProtoT"] * 10 + ["LLaMA"] * 10
     assert js.n.tolist() == [2, 2, 2, 2, 2, 2, 3, 2, 2, 2] * 2

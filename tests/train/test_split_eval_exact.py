@@ -37,7 +37,7 @@ class _Bigram(torch.nn.Module):
     def __init__(self, P, model_type: str = "llama"):
         super().__init__()
         self.logp = torch.nn.Parameter(torch.tensor(P, dtype=torch.float32).log(), requires_grad=False)
-        self.config = SimpleNamespace(model_type=model_type)
+        self.config = SimpleNamespace() if model_type is None else SimpleNamespace(model_type=model_type)
         self.calls = []
 
     def forward(self, input_ids, use_cache=True):
@@ -200,9 +200,13 @@ def test_per_source_by_hand():
     for row, x in zip(t.itertuples(), ([1, 2, 3, 4, 5], [2, 4], [1, 3, 5])):
         lo, hi = stats.bootstrap_mean_ci(np.array(x, dtype=float), n_boot=300, seed=4)
         assert (row.ppl_low, row.ppl_high) == (math.exp(lo), math.exp(hi))
-    d = se.per_source(nll, groups).set_index("source")                        # 2000 resamples, seed 0
-    lo, hi = stats.bootstrap_mean_ci(np.array([2.0, 4.0]), n_boot=2000, seed=0)
+    # defaults: 2000 resamples of seed 0 (20 spread losses, so that other draws give other ends)
+    many = np.arange(20) ** 2 / 100.0
+    d = se.per_source(many, ["x"] * 20).set_index("source")
+    lo, hi = stats.bootstrap_mean_ci(many, n_boot=2000, seed=0)
     assert (d.loc["x", "ppl_low"], d.loc["x", "ppl_high"]) == (math.exp(lo), math.exp(hi))
+    assert (lo, hi) != stats.bootstrap_mean_ci(many, n_boot=2000, seed=1)
+    assert (lo, hi) != stats.bootstrap_mean_ci(many, n_boot=2001, seed=0)
     # a group of equal losses: its interval is the point
     c = se.per_source([0.5, 0.5, 2.0], ["p", "p", "q"]).set_index("source")
     assert c.loc["p", "ppl_low"] == c.loc["p", "ppl"] == c.loc["p", "ppl_high"] == math.exp(0.5)
@@ -225,9 +229,12 @@ def test_gaps_by_hand():
     for row, (x, y) in zip(g.itertuples(), ((a, b), (a[[1, 3]], b[[1, 3]]), (a[[0, 2]], b[[0, 2]]))):
         lo, hi = stats.paired_bootstrap_ci(x, y, n_boot=300, seed=4)
         assert (row.gap_low, row.gap_high, row.ppl_ratio_low, row.ppl_ratio_high) == (lo, hi, math.exp(lo), math.exp(hi))
-    d = se.gaps(a, b, groups).set_index("source")
-    lo, hi = stats.paired_bootstrap_ci(a, b, n_boot=2000, seed=0)
+    x, y = np.sqrt(np.arange(1.0, 21.0)), 1.3 * np.cbrt(np.arange(1.0, 21.0))
+    d = se.gaps(x, y, ["x"] * 20).set_index("source")                         # defaults: 2000 resamples, seed 0
+    lo, hi = stats.paired_bootstrap_ci(x, y, n_boot=2000, seed=0)
     assert (d.loc["all", "gap_low"], d.loc["all", "gap_high"]) == (lo, hi)
+    assert (lo, hi) != stats.paired_bootstrap_ci(x, y, n_boot=2000, seed=1)
+    assert (lo, hi) != stats.paired_bootstrap_ci(x, y, n_boot=2001, seed=0)
     with _raises("paired block losses must have one length: 4, 3, 4 groups"):
         se.gaps(a, b[:3], groups)
     with _raises("paired block losses must have one length: 3, 4, 4 groups"):
@@ -293,6 +300,31 @@ def test_first_half_costs_distinguish_replaced_shuffled_and_removed():
     assert t.loc["removed", "loss_true"] == pytest.approx((2 * A + C) / 3, abs=1e-6)
     # the seed draws the shuffles: a permutation that differs in some row's first token
     assert not m.training and t.loc["shuffled", "blocks"] == 4
+
+
+def test_first_half_costs_defaults(monkeypatch):
+    """Seed 0 (the shuffles and the resamples), 2000 resamples, batches of 16: 20 seeded rows of 16
+    (h = 8: the predictions of tokens 9 .. 15 scored)."""
+    blocks = torch.randint(0, 2, (20, 16), generator=torch.Generator().manual_seed(11))
+    m = _FirstToken()
+    asked, real = [], stats.paired_bootstrap_ci
+    monkeypatch.setattr(se.stats, "paired_bootstrap_ci", lambda x, y, **kw: asked.append(kw) or real(x, y, **kw))
+    t = se.first_half_costs(m, blocks).set_index("first_half")
+    assert asked == [{"n_boot": 2000, "seed": 0}] * 3
+    assert [c[0] for c in m.calls] == [(16, 16), (4, 16)] * 3 + [(16, 8), (4, 8)]
+    true = np.array([_first_token_nll(int(r[0]), r[9:].tolist()) for r in blocks])
+    g = torch.Generator().manual_seed(0)
+    firsts = {"replaced": [int(r[0]) for r in blocks.roll(-1, 0)],
+              "shuffled": [int(r[:8][torch.randperm(8, generator=g)][0]) for r in blocks],
+              "removed": [int(r[8]) for r in blocks]}
+    other_draws = []
+    for name, f in firsts.items():
+        nll = np.array([_first_token_nll(x, r[9:].tolist()) for x, r in zip(f, blocks)])
+        assert t.loc[name, "cost_nats"] == pytest.approx(float((nll - true).mean()), abs=1e-6), name
+        lo, hi = real(nll, true, n_boot=2000, seed=0)
+        assert (t.loc[name, "cost_low"], t.loc[name, "cost_high"]) == pytest.approx((lo, hi), abs=1e-6), name
+        other_draws.append((lo, hi) != real(nll, true, n_boot=2000, seed=1))
+    assert any(other_draws)                                            # the data tell the seeds apart
 
 
 def test_first_half_costs_refuse_small_or_badly_shaped_blocks():
@@ -402,7 +434,7 @@ def _stand_ins(monkeypatch, context: int, n_docs: int, wiki_blocks: int, sources
     read = []
     monkeypatch.setattr(packing, "token_stream", lambda split, lang="en": read.append(split) or streams[split])
     monkeypatch.setattr(data, "load_corpus", lambda split, lang: {"source": list(sources)})
-    models = {"protot-x": _Bigram(P_PROTOT, "protot"), "llama-x": _Bigram(P_LLAMA)}
+    models = {"protot-x": _Bigram(P_PROTOT, "protot"), "llama-x": _Bigram(P_LLAMA, None)}   # llama-x: no model_type
     mans = {"protot-x": {"arch": "protot", "status": "final"}, "llama-x": {"arch": "llama", "status": "in-progress"}}
     loaded, used = [], []
     monkeypatch.setattr(pretrained, "available", lambda: ["llama-x", "protot-x", "spare-x"])
@@ -414,14 +446,20 @@ def _stand_ins(monkeypatch, context: int, n_docs: int, wiki_blocks: int, sources
         return pd.DataFrame({"layer": [0], "effective": [1.5]})
 
     monkeypatch.setattr(se, "usage", fake_usage)
-    return val, wiki, models, loaded, used, read
+    boots = []
+    for fn in ("per_source", "gaps", "first_half_costs"):
+        def spy(*a, _real=getattr(se, fn), _name=fn, **kw):
+            boots.append((_name, kw))
+            return _real(*a, **kw)
+        monkeypatch.setattr(se, fn, spy)
+    return val, wiki, models, loaded, used, read, boots
 
 
 def test_compare_committed_with_its_defaults(monkeypatch):
     """context 256, every block, seed 0, 2000 resamples, every WikiText-2 block, 256 context blocks, 64
     usage blocks: 300 documents of one block each (200 textbooks, 60 brown, 40 news)."""
     sources = ["openstax"] * 200 + ["brown"] * 60 + ["abc"] * 40
-    val, wiki, models, loaded, used, read = _stand_ins(monkeypatch, 256, 300, 5, sources)
+    val, wiki, models, loaded, used, read, _ = _stand_ins(monkeypatch, 256, 300, 5, sources)
     import time
 
     start = time.perf_counter()
@@ -483,10 +521,14 @@ def test_compare_committed_with_its_defaults(monkeypatch):
 
 def test_compare_committed_with_chosen_sizes(monkeypatch):
     sources = ["openstax"] * 6 + ["state_union"] * 4 + ["brown"] * 2
-    val, wiki, models, loaded, used, _ = _stand_ins(monkeypatch, 8, 12, 9, sources)
+    val, wiki, models, loaded, used, _, boots = _stand_ins(monkeypatch, 8, 12, 9, sources)
     c = se.compare_committed(["llama-x", "protot-x"], context=8, blocks=6, seed=3, n_boot=40, wiki_blocks=4,
                              context_blocks=5, usage_blocks=3, device="meta")
     assert loaded == [("llama-x", "meta"), ("protot-x", "meta")]
+    # every interval of every table: 40 resamples of seed 3 (per source and WikiText-2 for each model,
+    # context use for each, gaps on both)
+    assert sorted(n for n, _ in boots) == ["first_half_costs"] * 2 + ["gaps"] * 2 + ["per_source"] * 4
+    assert all(kw == {"n_boot": 40, "seed": 3} for _, kw in boots)
     groups = np.array(["textbooks"] * 6 + ["news and speeches"] * 4 + ["brown"] * 2)
     ids = se.stratified_blocks(groups, 6, seed=3)
     assert c.ids.tolist() == ids.tolist() and c.groups.tolist() == groups[ids].tolist()
@@ -577,6 +619,7 @@ def test_measure_ranking_values_evidence_tables_and_note_by_hand():
     assert ev["blocks per source"] == {"brown": 3, "textbooks": 1}
     assert list(m.tables) == ["extra", "ranking_gaps"] and m.tables["extra"] == 1
     rg = m.tables["ranking_gaps"]
+    assert rg.index.tolist() == list(range(9))                         # one index over the three gaps
     assert rg.against.tolist() == ["llama-x"] * 3 + ["mamba-x"] * 3 + ["deltanet-x"] * 3 and (rg.model == "protot-x").all()
     assert rg.source.tolist() == ["all", "brown", "textbooks"] * 3
     # mamba on brown: (-0.5 - 0.5 + 0.5) / 3 = -1/6; on textbooks +0.5
@@ -592,6 +635,23 @@ def test_measure_ranking_values_evidence_tables_and_note_by_hand():
                                                                                        "deltanet +0.0000 [+0.0000, +0.0000]")
     assert set(d.evidence) == {"models", "not final or not at equal budget", "ppl over the blocks", "unigram_ppl",
                                "ppl ratio ProtoT / other", "blocks per source"}
+
+
+def test_measure_ranking_draws_2000_resamples_of_seed_0_by_default():
+    blocks = np.arange(1.0, 31.0)
+    nll = {"protot-x": 3 + np.sqrt(blocks) / 5, "llama-x": 3 + np.cbrt(blocks) / 4,
+           "mamba-x": 3 + np.log(blocks) / 3, "deltanet-x": 3 + np.sin(blocks) / 2}     # 30 spread blocks
+    groups = ["brown"] * 30
+    v = se.measure_ranking(nll, _all_four(), groups, 100.0).values
+    for a in ("llama", "mamba", "deltanet"):
+        lo, hi = stats.paired_bootstrap_ci(nll["protot-x"], nll[f"{a}-x"], n_boot=2000, seed=0)
+        assert (v[f"nll_gap_{a}_ci_low"], v[f"nll_gap_{a}_ci_high"]) == (lo, hi), a
+        assert (lo, hi) != stats.paired_bootstrap_ci(nll["protot-x"], nll[f"{a}-x"], n_boot=2000, seed=1)
+        assert (lo, hi) != stats.paired_bootstrap_ci(nll["protot-x"], nll[f"{a}-x"], n_boot=2001, seed=0)
+    g = se.measure_ranking(nll, _all_four(), groups, 100.0, n_boot=50, seed=7).values
+    lo, hi = stats.paired_bootstrap_ci(nll["protot-x"], nll["mamba-x"], n_boot=50, seed=7)
+    assert (g["nll_gap_mamba_ci_low"], g["nll_gap_mamba_ci_high"]) == (lo, hi)
+    assert g["nll_gap_mamba"] == pytest.approx(float(np.mean(nll["protot-x"] - nll["mamba-x"])), abs=1e-15)
 
 
 def test_measure_ranking_without_finals_names_what_is_missing():
@@ -642,6 +702,9 @@ def test_measure_ranking_refusals_in_full():
     for bad in (0.0, -1.0):
         with _raises(f"measure_ranking: the unigram perplexity must be positive, got {bad}"):
             se.measure_ranking(NLL4, four, GROUPS4, bad)
+    # any positive perplexity is taken, below 1 too: exp(3.5) / 0.5
+    assert se.measure_ranking(NLL4, four, GROUPS4, 0.5, n_boot=20).values["worst_ppl_over_unigram"] == pytest.approx(
+        2 * math.exp(3.5), rel=1e-12)
     with _raises("measure_ranking: one committed model per architecture, got {'protot-x': 'protot', 'llama-x': "
                  "'llama', 'mamba-x': 'llama', 'deltanet-x': 'deltanet'}"):
         se.measure_ranking(NLL4, {**four, "mamba-x": _man("llama")}, GROUPS4, 100.0)
