@@ -215,6 +215,14 @@ def test_per_source_by_hand():
         se.per_source(nll[:4], groups)
 
 
+def test_per_source_averages_float32_losses_in_float64():
+    # block_nll gives float32 losses; 1 + 2^-24 rounds to 1 in float32, not in float64:
+    # the mean of (1, 2^-24, 2^-24, 2^-24) is (1 + 3 x 2^-24) / 4, not 1/4
+    x = np.array([1.0, 2.0 ** -24, 2.0 ** -24, 2.0 ** -24], dtype=np.float32)
+    t = se.per_source(x, ["x"] * 4, n_boot=10).set_index("source")
+    assert t.loc["all", "nll"] == (1 + 3 * 2.0 ** -24) / 4 != 0.25
+
+
 def test_gaps_by_hand():
     groups = np.array(["y", "x", "y", "x"])
     a = np.array([3.0, 2.0, 5.0, 4.0])
