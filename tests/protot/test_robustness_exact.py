@@ -286,6 +286,8 @@ def test_boot_means_and_rank_rho_by_hand():
     r = cp._rank_rho(np.array([[1, 2, 3], [3, 2, 1], [4, 4, 4], [1, 1, 2], [3, 1, 2]], dtype=float), np.array([1.0, 2.0, 3.0]))
     assert r[[0, 1, 3, 4]].tolist() == pytest.approx([1.0, -1.0, math.sqrt(3) / 2, -0.5], abs=1e-15) and math.isnan(r[2])
     assert math.isnan(cp._rank_rho(np.array([[1.0, 2.0, 3.0]]), np.array([2.0, 2.0, 2.0]))[0])
+    # two items: centred ranks (-1/2, 1/2), so the denominator is sqrt(1/2 x 1/2) = 1/2 (below 1): +-1
+    assert cp._rank_rho(np.array([[3.0, 5.0], [5.0, 3.0]]), np.array([0.1, 0.2])).tolist() == [1.0, -1.0]
 
 
 def test_permutation_p_exact_for_three_and_four_items():
