@@ -287,7 +287,9 @@ def test_newton_steps_by_hand():
     assert P.bradley_terry(w, prior_ties=0, tol=1.5) == pytest.approx([0.5, -0.5], abs=1e-15)
     assert P.bradley_terry(w, prior_ties=0, tol=0.5) == pytest.approx([-t1 / 2, t1 / 2], abs=1e-15)   # the 2nd step: 0.096
     assert P.bradley_terry(w, prior_ties=0) == pytest.approx([LOG3 / 2, -LOG3 / 2], abs=1e-12)
-    # the default: one virtual tie per pair, 3.5 : 1.5
+    # the default: one virtual tie per pair, 3.5 : 1.5; its first step: gradient 1.5 - 5 / 2 = -1,
+    # curvature 5 / 4, theta_1 = -0.8 (the diagonal gets no virtual games)
+    assert P.bradley_terry(w, max_iter=1) == pytest.approx([0.4, -0.4], abs=1e-15)
     assert P.bradley_terry(w) == pytest.approx([math.log(3.5 / 1.5) / 2, -math.log(3.5 / 1.5) / 2], abs=1e-12)
     # the input is not changed
     assert w.tolist() == [[0.0, 3.0], [1.0, 0.0]]
@@ -315,6 +317,10 @@ def test_step_halving_reaches_the_fit_where_plain_newton_steps_oscillate():
                  dtype=float)
     theta = P.bradley_terry(w, prior_ties=0.5)
     prior = w + 0.25 * (1 - np.eye(5))
+    # no iteration lowers the log-likelihood (beyond rounding once converged); with full steps the
+    # 8th would, from -33.3 to -42.0
+    ll = [P._loglik(P.bradley_terry(w, prior_ties=0.5, max_iter=m), prior) for m in range(1, 16)]
+    assert all(b >= a - 1e-9 for a, b in zip(ll, ll[1:])) and ll[-1] > ll[0] + 2000
     p = 1 / (1 + np.exp(-(theta[:, None] - theta[None, :])))
     assert np.abs(prior.sum(1) - ((prior + prior.T) * p).sum(1)).max() < 1e-8
     assert theta.sum() == pytest.approx(0, abs=1e-12) and np.all(np.isfinite(theta))
