@@ -559,7 +559,9 @@ class Intervener:
             g = norm.gain
             v = torch.where(g != 0, v / torch.where(g != 0, g, torch.ones_like(g)), torch.zeros_like(v)) * rho
         W = lw.wq_eff(spec.head) if side == "q" else lw.wk_eff(lw.kv_of(spec.head))
-        return torch.linalg.lstsq(W.T, v[:, None]).solution[:, 0]
+        # gelsd (SVD): the default CPU driver, gelsy, reads an uninitialised pivot array in torch and can
+        # return rank 0 on exactly repeated or zero rows of W (pytorch/pytorch#71222)
+        return torch.linalg.lstsq(W.T, v[:, None], driver="gelsd").solution[:, 0]
 
     # -- interventions ----------------------------------------------------------------------------
     def apply(self, spec: SignalSpec, delta: torch.Tensor | None) -> tuple[RunOutput, head_patch]:
