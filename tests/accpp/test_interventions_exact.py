@@ -424,6 +424,7 @@ def test_head_delta_solves_delta_B_equals_the_masked_coefficients():
     # K = {1}: masked (0, 7) -> (0, 7); K = {0, 1}: (5, 7) -> (5, -3)
     assert _list(iv.head_delta(q, [1])) == [0.0, 7.0]
     assert _list(iv.head_delta(q, (1, 0))) == [5.0, -3.0]
+    assert _list(iv.head_delta(q, ())) == [0.0, 0.0]  # no index: nothing removed
     # key side at token 2, beta_c = (4, 2), K = {1}: masked (0, 2); delta Vt = (d0 + 3 d1, d1) -> (-6, 2)
     assert _list(iv.head_delta(_hspec(side="s", token=2, sing=(1,)))) == [-6.0, 2.0]
     # spanning key side, K = {1}: rows (0, 0), (0, -1), (0, 2), (0, 1) -> (0, 0), (3, -1), (-6, 2), (-3, 1)
@@ -657,14 +658,21 @@ def test_paired_summary_every_field_by_hand():
 
 
 def test_paired_summary_edge_cases():
-    # the signal equal to its largest draw is not above it; a signal equal to the mean of its draws: p = 1
-    rows = [dict(edge="e0", prompt=0, subspace=s, metric_change=c, metric_before=1.0, head_input_cos=1.0,
-                 final_resid_cos=1.0, removed_norm_ratio=0.0)
-            for s, c in [("signal", 0.25), ("random_score", 0.125), ("random_score", -0.375), ("random_score", 0.25)]]
-    out = paired_summary(pd.DataFrame(rows), n_boot=20)
+    def frame(signal, draws):
+        return pd.DataFrame([dict(edge="e0", prompt=0, subspace=s, metric_change=c, metric_before=1.0,
+                                  head_input_cos=1.0, final_resid_cos=1.0, removed_norm_ratio=0.0)
+                             for s, c in [("signal", signal)] + [("random_score", d) for d in draws]])
+
+    # a signal equal to its largest draw is not above it
+    out = paired_summary(frame(0.5, [0.25, -0.5]), n_boot=20)
+    assert out["frac_edges_signal_above"] == 0.0 and out["wilcoxon_p"] == 0.5  # one positive difference: p = 1/2
+    # a signal equal to the mean of its draws: no difference, p = 1
+    rows = frame(0.25, [0.125, -0.375, 0.25])
+    out = paired_summary(rows, n_boot=20)
     assert out["frac_edges_signal_above"] == 0.0 and out["wilcoxon_p"] == 1.0
     assert out["abs_dld_ratio"] == 1.0 and out["abs_dld_ratio_ci_low"] == out["abs_dld_ratio_ci_high"] == 1.0
     assert out["n_boot"] == 20 and out["n_draws"] == 3
+    rows = rows.to_dict("records")
     # a prompt with rows of another control only: a resample of it alone has no removals and is left out, so
     # fewer than n_boot resamples count, and every counted one is prompt 0's ratio 0.25 / 0.25
     extra = [dict(r, prompt=1, edge="x", subspace="random") for r in rows[1:]]
