@@ -1053,3 +1053,113 @@ def test_top_seed_edges_breaks_ties_by_source_then_firing_then_key():
     assert [s.describe() for s in top_seed_edges(g, 5)] == [
         "A0.2<1@9 -> A2.0@9<3 (query, k=[1])", "M0@9 -> A2.1@9<4 (query, k=[0])", "M1@9 -> A2.1@9<4 (query, k=[3])",
         "M1@9 -> A2.0@9<3 (query, k=[4])", "M1@9 -> A2.1@9<4 (query, k=[2])"]
+
+
+
+# ----------------------------------------------------------------------------- head_patch, no model
+def _patch(side="d", delta=None, q_norm=None, k_norm=None, rotary_dims=2) -> "head_patch":
+    """head_patch on layer 0, head 1 (kv head 0) of a stand-in module tree: 2 query heads, 1 kv head, d_head 2."""
+    from torch import nn
+
+    from accpp.interventions import head_patch
+
+    attn = nn.Module()
+    for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        setattr(attn, name, nn.Identity())
+    block = nn.Module()
+    block.attn = attn
+    model = nn.Module()
+    model.layers = nn.ModuleList([block])
+    lw = SimpleNamespace(kv_of=lambda h: h // 2, q_norm=q_norm, k_norm=k_norm, rotary_dims=rotary_dims)
+    arch = SimpleNamespace(model_type="llama", layers=[lw], layers_path="layers", attn_name="attn", d_head=2)
+    return head_patch(model, arch, 0, 1, side, 1, delta)
+
+
+def test_head_patch_construction_and_hooks():
+    from accpp.interventions import head_patch
+
+    p = _patch(delta=torch.tensor([1.0, 2.0]))  # float32 in, float64 kept
+    assert p.delta.dtype == torch.float64 and p.delta.tolist() == [1.0, 2.0]
+    assert (p.L, p.a, p.kv, p.side, p.row) == (0, 1, 0, "d", 1)
+    assert p.pattern is None and p.scores is None and p.clean_scores is None and p._handles == []
+    assert _patch().delta is None
+    with _raises(ValueError, "unknown side 'q': 'd' (query side) or 's' (key side)"):
+        _patch(side="q")
+    with _raises(UnsupportedArchitecture, "signal interventions are implemented for the llama-like adapters (llama, "
+                                          "gemma2, gemma3_text): they hook q_proj/k_proj/v_proj/o_proj (and "
+                                          "q_norm/k_norm) of the attention module; model_type 'gpt2' is not "
+                                          "supported"):
+        head_patch(None, SimpleNamespace(model_type="gpt2"), 0, 0, "d", 0, None)
+    attn = p.attn
+    with p:
+        assert len(p._handles) == 5
+        assert [len(m._forward_hooks) for m in (attn.q_proj, attn.k_proj, attn.v_proj)] == [1, 1, 1]
+        assert len(attn._forward_pre_hooks) == 1 and len(attn.o_proj._forward_pre_hooks) == 1
+    assert p._handles == []
+    assert [len(m._forward_hooks) for m in (attn.q_proj, attn.k_proj, attn.v_proj)] == [0, 0, 0]
+    assert len(attn._forward_pre_hooks) == 0 and len(attn.o_proj._forward_pre_hooks) == 0
+    with pytest.raises(RuntimeError, match="^inside$"):  # an error in the pass is not swallowed
+        with p:
+            raise RuntimeError("inside")
+    assert p._handles == []
+
+
+def test_head_patch_reads_rope_from_keyword_or_second_argument():
+    p = _patch()
+    pe = ("cos", "sin")
+    p._grab_rope(None, ("x",), {"position_embeddings": pe})
+    assert p._seen["rope"] is pe
+    p._grab_rope(None, ("x", pe), {})
+    assert p._seen["rope"] is pe
+    p._grab_rope(None, ("x", "other", "third"), {"position_embeddings": pe})  # the keyword first
+    assert p._seen["rope"] is pe
+    p._grab_rope(None, ("x",), {})
+    assert p._seen["rope"] is None
+    p._grab_rope(None, ("x",), {"position_embeddings": None})
+    assert p._seen["rope"] is None
+
+
+def test_head_patch_head_tensors():
+    p = _patch()
+    f32 = dict(dtype=torch.float32)
+    # projections (1, T, n * dh): head 1 of q is columns 2..3; kv head 0 of k and v columns 0..1
+    p._seen = dict(q=torch.tensor([[[1, 2, 3, 4], [5, 6, 7, 8]]], **f32), k=torch.tensor([[[1, 0], [0, 1]]], **f32),
+                   v=torch.tensor([[[2, 3], [4, 5]]], **f32))
+    q, k, v = p._head_tensors()  # no rotary embedding passed: unrotated
+    assert [q.tolist(), k.tolist(), v.tolist()] == [[[3, 4], [7, 8]], [[1, 0], [0, 1]], [[2, 3], [4, 5]]]
+    assert q.dtype == k.dtype == v.dtype == torch.float64
+    # RoPE: token 0 cos 1 sin 0 (unchanged), token 1 cos 0 sin 1: (x0, x1) -> (-x1, x0)
+    p._seen["rope"] = (torch.tensor([[[1.0, 1.0], [0.0, 0.0]]]), torch.tensor([[[0.0, 0.0], [1.0, 1.0]]]))
+    q, k, v = p._head_tensors()
+    assert [q.tolist(), k.tolist(), v.tolist()] == [[[3, 4], [-8, 7]], [[1, 0], [-1, 0]], [[2, 3], [4, 5]]]
+    # a layer without rotary dims ignores the embeddings it is passed
+    p.lw.rotary_dims = 0
+    assert p._head_tensors()[0].tolist() == [[3, 4], [7, 8]]
+    # q/k-norm outputs are (1, n, T, dh): head 1 of q, kv head 0 of k
+    n = _patch(q_norm=object(), k_norm=object(), rotary_dims=0)
+    n._seen = dict(q=torch.arange(8.0).reshape(1, 2, 2, 2), k=torch.arange(4.0).reshape(1, 1, 2, 2) + 10,
+                   v=p._seen["v"])
+    q, k, _ = n._head_tensors()
+    assert q.tolist() == [[4, 5], [6, 7]] and k.tolist() == [[10, 11], [12, 13]]
+    p._seen["q"] = torch.zeros(2, 2, 4)
+    with _raises(ValueError, "interventions run one prompt at a time (batch size 1)"):
+        p._head_tensors()
+
+
+# ----------------------------------------------------------------------------- one tiny model
+def test_a_removal_at_layer_0_acts_with_and_without_replay(exact):
+    """replay=False recomputes every layer, replay=True replays the clean outputs of the layers below the
+    intervened one: the same numbers, here for a removal in layer 0 itself (the whole embedding at head 0.1's
+    query), which must reach the model either way."""
+    from accpp.testing import random_prompt, tiny_model
+    from accpp.trace import TraceConfig, Tracer
+
+    tracer = Tracer(tiny_model("llama"), config=TraceConfig(expand_layer0=True))
+    ids = random_prompt(8)
+    replayed, recomputed = Intervener(tracer, ids, 7, 11), Intervener(tracer, ids, 7, 11, replay=False)
+    src = int(replayed.clean.attn[0, 1, 7, :8].argmax())
+    spec = SignalSpec(0, 1, 7, src, "d", KIND_EMB, -1, -1, -1, 7, tuple(range(tracer.arch.d_head)))
+    a, b = replayed.remove(spec), recomputed.remove(spec)
+    assert abs(a.attn_after - a.attn_before) > 1e-6
+    assert b.attn_before == a.attn_before and b.attn_after == pytest.approx(a.attn_after, abs=1e-12)
+    assert b.metric_after == pytest.approx(a.metric_after, abs=1e-12)
