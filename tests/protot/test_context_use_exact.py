@@ -758,7 +758,12 @@ def _committed(monkeypatch, tmp_path, names=("a-m", "b-m")):
 def test_write_reports_writes_every_file(monkeypatch, tmp_path, capsys):
     from PIL import Image
 
+    import matplotlib
+
     root, man, calls = _committed(monkeypatch, tmp_path)
+    # the house style (compendium.plotting) crops saved figures to their contents, which depends on the fonts;
+    # uncropped, the size is the figure's own (set here, whatever ran before in this process)
+    monkeypatch.setitem(matplotlib.rcParams, "savefig.bbox", "standard")
     records = cu.write_reports()
     assert calls == [("a-m", True, 64, 0), ("b-m", True, 64, 0)]
     assert [r["model"] for r in records] == ["a-m", "b-m"]
