@@ -33,6 +33,9 @@ Public API (import the modules; nothing runs at import time):
   ``accpp.greater_than_claim``: its claim's measurement (seed shares, knock-out p, their intervals).
 - ``accpp.interventions``: remove a traced signal (or a random same-rank subspace) at one head's
   query or key input inside the real forward pass; metric, attention and residual-cosine effects.
+  ``accpp.head_patch``: the patch of one head in the model's forward pass that makes the removal;
+  ``accpp.intervention_summary``: summaries over many removals (per edge, per prompt, pooled) and
+  the claim's measurement.
 - ``accpp.clustering``: Jaccard distance matrices of circuits, average linkage (scipy), ARI / NMI
   (scikit-learn), permutation tests, dendrogram and heatmap figures.
 - ``accpp.interpret``: automated interpretation of signals, scaled down (top contexts, describers, a

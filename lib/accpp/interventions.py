@@ -19,10 +19,8 @@ and after, as the model computes them in that pass), and two cosines:
   ~1 by construction (only one head's query or key input is edited, everything else is the real
   forward pass), so it says little; it is kept as evidence.
 
-plus the size of the removed vector relative to the head's input. :func:`paired_summary` compares
-signal removals with a control per edge (Wilcoxon signed-rank), per prompt (ratio of medians of
-|dLD|, :func:`prompt_ratios`, aggregated as a geometric mean over prompts with its bootstrap
-interval) and pooled over edges (ratio of medians with a bootstrap CI over prompts).
+plus the size of the removed vector relative to the head's input. Summaries over many removals
+(per edge, per prompt, pooled) and the claim's measurement are :mod:`accpp.intervention_summary`.
 
 Derivation (row vectors; notation of :mod:`accpp.arch`, :mod:`accpp.signals`)
 ------------------------------------------------------------------------------
@@ -63,24 +61,10 @@ singular directions {u_k : k in K} (the u_k are orthonormal and alpha_{c,k} = (c
 In residual units dx = sigma_d dx~ ("divided by the downstream norm scale" undone). We report
 |dx~| / |x~_t| and cos(x_t, x_t - dx) as the size of the removal at the head's input.
 
-Where it acts in the model. Hugging Face computes every head's query from one normalised input,
-and with grouped-query attention one key head serves several query heads, so subtracting dx from
-the input of q_proj/k_proj would change other heads too. Since head a reads its input only
-through W_Q[a] (W_K[kv]), subtracting dx from a private copy of head a's input is the same as
-subtracting delta from head a's rotated query (key) alone. The implementation therefore, inside
-the model's own forward pass at layer L:
-
-1. captures head a's query, its kv head's key and value as the model computes them (forward hooks
-   on ``q_norm``/``k_norm`` when the family has them, else on ``q_proj``/``k_proj``; ``v_proj``) and
-   the rotary (cos, sin) passed to the attention module;
-2. rotates them, subtracts delta at row d (query side) or at row j of head a's own copy of the
-   key (key side), recomputes head a's scores (scale, soft-cap, causal/sliding-window mask),
-   softmax and weighted values;
-3. writes that output into head a's slice of ``o_proj``'s input (forward pre-hook); head a's new
-   pattern is kept on the patch (and reported in place of the module's own weights for head a).
-
-Everything else (other heads of layer L, all later layers, the logits) is the real model's
-computation. Layers below L are untouched, so the captured q, k, v equal the clean run's.
+Where it acts in the model: :class:`accpp.head_patch.head_patch` subtracts delta from head a's own
+rotated query (key) inside the model's forward pass at layer L, so no other head changes; everything
+else (other heads of layer L, all later layers, the logits) is the real model's computation. Layers
+below L are untouched. The details are in :mod:`accpp.head_patch`.
 
 Random controls: the same component, side and token, with |K| singular indices drawn (seeded)
 from the head's other dh - |K| directions (:func:`random_subspace`): ``"random"`` removes the
@@ -105,31 +89,20 @@ from dataclasses import dataclass, field
 
 import torch
 
-from accpp.arch import UnsupportedArchitecture
 from accpp.arch import get_path
 from accpp.decompose import KIND_BIAS, KIND_EMB, KIND_HEAD, KIND_MLP, KIND_NAMES, KIND_OFFSET, visible
-from accpp.signals import Firing, FiringSolver, SignalEdge, softcap
+from accpp.head_patch import SIDES, check_supported, head_patch
+from accpp.signals import Firing, FiringSolver, SignalEdge
 
-__all__ = ["SUPPORTED", "CONTROLS", "SIDES", "NotASignalEdge", "SignalSpec", "InterventionResult", "Intervener",
-           "random_subspace", "remove_signal", "head_patch", "top_seed_edges", "compare_subspaces", "prompt_ratios",
-           "paired_summary", "score_matching_error", "measure_intervention_selective"]
+__all__ = ["CONTROLS", "NotASignalEdge", "SignalSpec", "InterventionResult", "Intervener", "random_subspace",
+           "remove_signal", "top_seed_edges", "compare_subspaces"]
 
-SUPPORTED = ("llama", "gemma2", "gemma3_text")
 CONTROLS = ("random", "random_matched", "random_score")
-SIDES = {"d": "query", "s": "key"}
 _KIND_OF_NAME = {v: k for k, v in KIND_NAMES.items()}
 
 
 class NotASignalEdge(ValueError):
     """The edge given is not a signal edge of a traced firing (or names no component there)."""
-
-
-def check_supported(arch) -> None:
-    if arch.model_type not in SUPPORTED:
-        raise UnsupportedArchitecture(
-            f"signal interventions are implemented for the llama-like adapters ({', '.join(SUPPORTED)}): "
-            f"they hook q_proj/k_proj/v_proj/o_proj (and q_norm/k_norm) of the attention module; "
-            f"model_type {arch.model_type!r} is not supported")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,110 +214,6 @@ def random_subspace(sing, dh: int, seed: int) -> tuple[int, ...]:
     pick = pool[torch.randperm(pool.numel(), generator=gen)[: len(sing)]]
     return tuple(sorted(pick.tolist()))
 
-
-# ---------------------------------------------------------------------------------------------
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE (rotate-half) on the first cos.shape[-1] dims of x (T, dh); the rest passes through."""
-    rd = cos.shape[-1]
-    r, rest = x[..., :rd], x[..., rd:]
-    half = rd // 2
-    rh = torch.cat((-r[..., half:], r[..., :half]), -1)
-    return torch.cat((r * cos + rh * sin, rest), -1)
-
-
-class head_patch:
-    """Context manager: in the model's forward pass, subtract ``delta`` (dh,) from head ``a`` of layer
-    ``L``'s rotated query at row ``row`` (side "d") or from its own copy of the rotated key at row
-    ``row`` (side "s"). ``delta=None``: recompute head a unchanged (a no-op up to rounding).
-    After the pass, ``self.pattern`` is head a's (T, T) attention pattern (float64), ``self.scores``
-    its raw scores scale * q k^T (before soft-capping and the mask) and ``self.clean_scores`` the
-    same from the unpatched q and k of this pass."""
-
-    def __init__(self, model, arch, L: int, a: int, side: str, row: int, delta: torch.Tensor | None):
-        check_supported(arch)
-        if side not in SIDES:
-            raise ValueError(f"unknown side {side!r}: 'd' (query side) or 's' (key side)")
-        self.arch, self.lw = arch, arch.layers[L]
-        self.attn = getattr(get_path(model, arch.layers_path)[L], arch.attn_name)
-        self.L, self.a, self.kv, self.side, self.row = L, a, self.lw.kv_of(a), side, row
-        self.delta = None if delta is None else delta.detach().to(torch.float64)
-        self.pattern = None
-        self.scores = self.clean_scores = None  # head a's raw scores scale * q k^T (T, T), with / without delta
-        self._seen: dict = {}
-        self._handles: list = []
-
-    def _capture(self, name):
-        def hook(mod, args, out):
-            self._seen[name] = out
-        return hook
-
-    def _grab_rope(self, mod, args, kwargs):
-        pe = kwargs.get("position_embeddings")
-        if pe is None and len(args) > 1:
-            pe = args[1]
-        self._seen["rope"] = pe
-
-    def _head_tensors(self):
-        dh, lw = self.arch.d_head, self.lw
-        f = lambda t: t.detach().to(torch.float64)  # noqa: E731
-
-        def pick(name, idx, normed):
-            t = self._seen[name]
-            if t.shape[0] != 1:
-                raise ValueError("interventions run one prompt at a time (batch size 1)")
-            # projection outputs: (1, T, n*dh); q/k-norm outputs: (1, n, T, dh)
-            return f(t[0, idx]) if normed else f(t[0].view(t.shape[1], -1, dh)[:, idx])
-
-        q = pick("q", self.a, lw.q_norm is not None)
-        k = pick("k", self.kv, lw.k_norm is not None)
-        v = pick("v", self.kv, False)
-        rope = self._seen.get("rope")
-        if rope is not None and lw.rotary_dims > 0:
-            cos, sin = (f(t[0]) for t in rope)
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        return q, k, v
-
-    def _patch_o(self, mod, args):
-        (x,) = args
-        q, k, v = self._head_tensors()
-        lw = self.lw
-        self.clean_scores = lw.scale * q @ k.T
-        if self.delta is not None:
-            if self.side == "d":
-                q = q.clone()
-                q[self.row] -= self.delta
-            else:
-                k = k.clone()
-                k[self.row] -= self.delta
-        T = q.shape[0]
-        self.scores = lw.scale * q @ k.T
-        S = softcap(self.scores, lw.softcap)
-        mask = torch.zeros(T, T, dtype=torch.bool)
-        for t in range(T):
-            mask[t, visible(T, t, lw.sliding_window)] = True
-        P = torch.softmax(S.masked_fill(~mask, float("-inf")), -1)
-        self.pattern = P
-        out = x.clone()
-        dh = self.arch.d_head
-        out[0, :, self.a * dh:(self.a + 1) * dh] = (P @ v).to(x.dtype)
-        return (out,)
-
-    def __enter__(self):
-        a, lw = self.attn, self.lw
-        q_src = a.q_norm if lw.q_norm is not None else a.q_proj
-        k_src = a.k_norm if lw.k_norm is not None else a.k_proj
-        self._handles = [q_src.register_forward_hook(self._capture("q")),
-                         k_src.register_forward_hook(self._capture("k")),
-                         a.v_proj.register_forward_hook(self._capture("v")),
-                         a.register_forward_pre_hook(self._grab_rope, with_kwargs=True),
-                         a.o_proj.register_forward_pre_hook(self._patch_o)]
-        return self
-
-    def __exit__(self, *exc):
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -704,210 +573,3 @@ def compare_subspaces(iv: Intervener, spec: SignalSpec, n_random: int, seed: int
         if c not in CONTROLS:
             raise ValueError(f"unknown control {c!r}: one of {', '.join(map(repr, CONTROLS))}")
     return [iv.remove(spec)] + [iv.remove(spec, c, seed=seed + r) for c in controls for r in range(n_random)]
-
-
-def prompt_ratios(df, control: str = "random_score"):
-    """Per prompt: median |dLD| of its signal removals, median |dLD| of its ``control`` removals (every
-    draw of every edge of the prompt) and their ratio. ``df`` as for :func:`paired_summary`. Returns a
-    DataFrame indexed by prompt with columns ``median_abs_dld_signal``, ``median_abs_dld_control``,
-    ``ratio``, ``n_edges``, ``n_control``; a prompt without both kinds of rows, or whose control
-    removals leave the metric exactly unchanged, is a ValueError (its ratio would be undefined)."""
-    import pandas as pd
-
-    need = {"prompt", "subspace", "metric_change"}
-    missing = need - set(df.columns)
-    if missing:
-        raise ValueError(f"prompt_ratios: missing columns {sorted(missing)}")
-    d = df.assign(abs_dld=df["metric_change"].abs())
-    sig, ctl = d[d["subspace"] == "signal"], d[d["subspace"] == control]
-    if sig.empty or ctl.empty:
-        raise ValueError(f"prompt_ratios: need rows with subspace 'signal' and {control!r}")
-    sig, ctl = sig.groupby("prompt")["abs_dld"], ctl.groupby("prompt")["abs_dld"]
-    out = pd.DataFrame(dict(median_abs_dld_signal=sig.median(), median_abs_dld_control=ctl.median(),
-                            n_edges=sig.size(), n_control=ctl.size()))
-    lacking = out.index[out[["median_abs_dld_signal", "median_abs_dld_control"]].isna().any(axis=1)].tolist()
-    if lacking:
-        raise ValueError(f"prompt_ratios: prompts {lacking[:5]} lack signal or {control!r} removals")
-    zero = out.index[out["median_abs_dld_control"] <= 0].tolist()
-    if zero:
-        raise ValueError(f"prompt_ratios: on prompts {zero[:5]} the median {control!r} removal leaves the metric "
-                         "unchanged; the ratio is undefined")
-    out["n_edges"], out["n_control"] = out["n_edges"].astype(int), out["n_control"].astype(int)
-    out["ratio"] = out["median_abs_dld_signal"] / out["median_abs_dld_control"]
-    return out
-
-
-def paired_summary(df, control: str = "random_score", seed: int = 0, n_boot: int = 2000) -> dict:
-    """Signal removals against a control, per prompt, per edge and over edges.
-
-    ``df``: one row per intervention (:meth:`InterventionResult.row` plus ``edge`` and ``prompt``
-    columns), with ``subspace`` "signal" for one row per edge and ``control`` for that edge's draws.
-    Returns (all |dLD| = |change of the metric|):
-
-    - ``gm_ratio``: the geometric mean over prompts of the per-prompt ratio of median |dLD|, signal /
-      control (:func:`prompt_ratios`); ``gm_ratio_ci_low`` / ``_ci_high``: its percentile bootstrap
-      interval over prompts (``compendium.stats.geometric_mean_ci``, seeded); ``prompt_ratios``: the
-      per-prompt ratios (in prompt order);
-    - ``abs_dld_ratio``: median |dLD| of all signal removals / median |dLD| of all control removals
-      (pooled over prompts); ``abs_dld_ratio_ci_low`` / ``_ci_high``: 2.5th / 97.5th percentiles over
-      ``n_boot`` bootstrap resamples of the prompts (each brings its edges and their draws), seeded;
-    - ``wilcoxon_p``: one-sided Wilcoxon signed-rank test, per edge signal |dLD| minus the mean |dLD|
-      of its control draws (paired, > 0); ``frac_edges_signal_above``: edges where the signal's |dLD|
-      exceeds every one of its draws';
-    - ``median_rel_dld_signal`` / ``_control``: median of dLD / LD before (negative: the metric falls);
-    - ``median_head_input_cos_signal`` / ``_control``: cosine at the intervention point;
-      ``median_final_resid_cos_signal``; ``median_removed_norm_signal`` / ``_control``;
-    - ``n_edges``, ``n_prompts``, ``n_draws`` (draws per edge, the minimum over edges).
-    """
-    import numpy as np
-    from scipy.stats import wilcoxon
-
-    from compendium.stats import geometric_mean, geometric_mean_ci
-
-    need = {"edge", "prompt", "subspace", "metric_change", "metric_before", "head_input_cos", "final_resid_cos",
-            "removed_norm_ratio"}
-    missing = need - set(df.columns)
-    if missing:
-        raise ValueError(f"paired_summary: missing columns {sorted(missing)}")
-    d = df.assign(abs_dld=df["metric_change"].abs(), rel_dld=df["metric_change"] / df["metric_before"])
-    sig = d[d["subspace"] == "signal"].set_index("edge")
-    ctl = d[d["subspace"] == control]
-    if sig.empty or ctl.empty:
-        raise ValueError(f"paired_summary: need rows with subspace 'signal' and {control!r}")
-    if sig.index.duplicated().any():
-        raise ValueError("paired_summary: more than one signal row for an edge")
-    by_edge = ctl.groupby("edge")["abs_dld"]
-    missing_edges = set(sig.index) - set(by_edge.groups)
-    if missing_edges:
-        raise ValueError(f"paired_summary: edges without {control!r} draws: {sorted(missing_edges)[:5]}")
-    ctl_mean, ctl_max = by_edge.mean().reindex(sig.index), by_edge.max().reindex(sig.index)
-    diff = (sig["abs_dld"] - ctl_mean).to_numpy()
-    p = float(wilcoxon(diff, alternative="greater").pvalue) if np.any(diff != 0) else 1.0
-
-    per_prompt = prompt_ratios(df, control)
-    gm_lo, gm_hi = geometric_mean_ci(per_prompt["ratio"], n_boot=n_boot, seed=seed)
-    prompts = np.array(sorted(d["prompt"].unique()))
-    sig_by_p = {q: g["abs_dld"].to_numpy() for q, g in sig.groupby("prompt")}
-    ctl_by_p = {q: g["abs_dld"].to_numpy() for q, g in ctl.groupby("prompt")}
-    rng = np.random.default_rng(seed)
-    boot = np.empty(n_boot)
-    for b in range(n_boot):
-        pick = rng.choice(prompts, size=len(prompts), replace=True)
-        s_ = np.concatenate([sig_by_p.get(q, np.zeros(0)) for q in pick])
-        c_ = np.concatenate([ctl_by_p.get(q, np.zeros(0)) for q in pick])
-        boot[b] = np.median(s_) / np.median(c_) if len(s_) and len(c_) and np.median(c_) > 0 else np.nan
-    boot = boot[np.isfinite(boot)]
-    ratio = float(sig["abs_dld"].median() / ctl["abs_dld"].median())
-    return dict(
-        gm_ratio=geometric_mean(per_prompt["ratio"]), gm_ratio_ci_low=gm_lo, gm_ratio_ci_high=gm_hi,
-        prompt_ratios=[float(x) for x in per_prompt["ratio"]],
-        abs_dld_ratio=ratio,
-        abs_dld_ratio_ci_low=float(np.percentile(boot, 2.5)) if len(boot) else float("nan"),
-        abs_dld_ratio_ci_high=float(np.percentile(boot, 97.5)) if len(boot) else float("nan"),
-        wilcoxon_p=p, frac_edges_signal_above=float((sig["abs_dld"] > ctl_max).mean()),
-        median_abs_dld_signal=float(sig["abs_dld"].median()), median_abs_dld_control=float(ctl["abs_dld"].median()),
-        median_rel_dld_signal=float(sig["rel_dld"].median()), median_rel_dld_control=float(ctl["rel_dld"].median()),
-        median_head_input_cos_signal=float(sig["head_input_cos"].median()),
-        median_head_input_cos_control=float(ctl["head_input_cos"].median()),
-        median_final_resid_cos_signal=float(sig["final_resid_cos"].median()),
-        median_removed_norm_signal=float(sig["removed_norm_ratio"].median()),
-        median_removed_norm_control=float(ctl["removed_norm_ratio"].median()),
-        n_edges=int(len(sig)), n_prompts=int(len(prompts)), n_draws=int(by_edge.size().min()),
-        n_boot=int(len(boot)))
-
-
-def score_matching_error(df, control: str = "random_score") -> float:
-    """Largest |score change of a ``control`` removal - score change of its edge's signal removal| over
-    the table (the model's raw scores at the matched entry, ``score_change`` of the rows), relative to
-    the largest |signal score change|: ~1e-7 for a float32 model, 0 up to rounding in float64."""
-    need = {"edge", "subspace", "score_change"}
-    missing = need - set(df.columns)
-    if missing:
-        raise ValueError(f"score_matching_error: missing columns {sorted(missing)}")
-    sig = df[df["subspace"] == "signal"].set_index("edge")["score_change"]
-    ctl = df[df["subspace"] == control]
-    if sig.empty or ctl.empty:
-        raise ValueError(f"score_matching_error: need rows with subspace 'signal' and {control!r}")
-    gap = (ctl["score_change"].to_numpy() - sig.reindex(ctl["edge"]).to_numpy())
-    return float(abs(gap).max() / max(float(sig.abs().max()), 1e-300))
-
-
-def measure_intervention_selective(df, paired: dict[str, dict], consistency: float, n_random: int,
-                                   config: dict | None = None):
-    """Claim accpp/intervention-selective: removing a traced signal moves the task metric more than
-    removing a random same-rank subspace that changes the firing's score as much.
-
-    ``df``: one row per intervention (as for :func:`paired_summary`, plus ``attn_drop`` and
-    ``score_change``; a ``sing`` column is left out of the recorded table); ``paired``:
-    :func:`paired_summary` against each control, keyed "random_score" (the check's control: matched in
-    the removed score), "random_matched" (matched in removed norm) and "random" (as drawn), all
-    evidence but the first; ``consistency``: the largest |A_after - (A - traced drop)| over the signal
-    removals (the model against the tracer's prediction). The check reads ``abs_dld_ratio``: the
-    geometric mean over prompts of the per-prompt ratio of median |dLD| (signal / score-matched), with
-    its bootstrap interval over prompts. The brief's cosine (the claim's paper value) goes into the
-    note beside the measured cosines.
-    """
-    from compendium.claims import Measurement, get_claim
-
-    who = "measure_intervention_selective"
-    missing = [c for c in CONTROLS if c not in paired]
-    if missing:
-        raise ValueError(f"{who}: no paired summary against {missing}")
-    for col in ("subspace", "attn_drop", "score_change"):
-        if col not in df:
-            raise ValueError(f"{who}: the intervention table lacks column {col!r}")
-    sig = df[df["subspace"] == "signal"]
-    if len(sig) == 0:
-        raise ValueError(f"{who}: no signal removals in the table")
-    main, norm, rnd = paired["random_score"], paired["random_matched"], paired["random"]
-    paper_cos = float(get_claim("accpp/intervention-selective").paper_value)
-    cfg = dict(config or {})
-    n_edges = int(len(sig))
-    score_ctl = df[df["subspace"] == "random_score"]
-    scale = score_ctl["score_scale"].abs() if "score_scale" in score_ctl else None
-    return Measurement(
-        claim="accpp/intervention-selective",
-        values=dict(abs_dld_ratio=main["gm_ratio"], abs_dld_ratio_ci_low=main["gm_ratio_ci_low"],
-                    abs_dld_ratio_ci_high=main["gm_ratio_ci_high"], n_prompts=main["n_prompts"],
-                    n_edges=n_edges, n_random=n_random),
-        evidence=dict(
-            control="random_score (same directions as random, rescaled so that the firing's raw score changes as "
-                    "much as under the signal's removal)",
-            prompt_ratios=[round(x, 4) for x in main["prompt_ratios"]],
-            score_matching_rel_error=score_matching_error(df, "random_score"),
-            median_abs_score_scale=float(scale.median()) if scale is not None else float("nan"),
-            pooled_abs_dld_ratio=main["abs_dld_ratio"], pooled_abs_dld_ratio_ci_low=main["abs_dld_ratio_ci_low"],
-            pooled_abs_dld_ratio_ci_high=main["abs_dld_ratio_ci_high"], wilcoxon_p=main["wilcoxon_p"],
-            frac_edges_signal_above=main["frac_edges_signal_above"],
-            median_abs_dld_signal=main["median_abs_dld_signal"],
-            median_abs_dld_score_matched=main["median_abs_dld_control"],
-            median_rel_dld_signal=main["median_rel_dld_signal"],
-            median_rel_dld_score_matched=main["median_rel_dld_control"],
-            median_removed_norm_score_matched=main["median_removed_norm_control"],
-            abs_dld_ratio_vs_norm_matched=norm["gm_ratio"],
-            abs_dld_ratio_vs_norm_matched_ci_low=norm["gm_ratio_ci_low"],
-            abs_dld_ratio_vs_norm_matched_ci_high=norm["gm_ratio_ci_high"],
-            pooled_abs_dld_ratio_vs_norm_matched=norm["abs_dld_ratio"], wilcoxon_p_vs_norm_matched=norm["wilcoxon_p"],
-            median_abs_dld_norm_matched=norm["median_abs_dld_control"],
-            median_rel_dld_norm_matched=norm["median_rel_dld_control"],
-            median_head_input_cos_signal=main["median_head_input_cos_signal"],
-            median_head_input_cos_norm_matched=norm["median_head_input_cos_control"],
-            median_head_input_cos_score_matched=main["median_head_input_cos_control"],
-            median_final_resid_cos_signal=main["median_final_resid_cos_signal"],
-            median_removed_norm_signal=main["median_removed_norm_signal"],
-            median_removed_norm_random=rnd["median_removed_norm_control"],
-            abs_dld_ratio_vs_random=rnd["gm_ratio"], abs_dld_ratio_vs_random_ci_low=rnd["gm_ratio_ci_low"],
-            abs_dld_ratio_vs_random_ci_high=rnd["gm_ratio_ci_high"], wilcoxon_p_vs_random=rnd["wilcoxon_p"],
-            median_attn_drop_signal=float(sig["attn_drop"].median()),
-            tracer_consistency_max_abs=float(consistency)),
-        tables={"04_signal_interventions": df.drop(columns=["sing"], errors="ignore")},
-        config=cfg, unit="x (median |dLD| per prompt, signal / score-matched random; geometric mean over prompts)",
-        note=(f"{cfg.get('model', 'the model')}, {main['n_prompts']} IOI prompts, {n_edges} signal edges into "
-              f"seed firings, {n_random} draws per control. Signal / score-matched random: geometric mean "
-              f"{main['gm_ratio']:.2f} (95% interval {main['gm_ratio_ci_low']:.2f}-{main['gm_ratio_ci_high']:.2f}); "
-              f"signal / norm-matched random: {norm['gm_ratio']:.2f} ({norm['gm_ratio_ci_low']:.2f}-"
-              f"{norm['gm_ratio_ci_high']:.2f}). Cosine at the intervention point: median "
-              f"{main['median_head_input_cos_signal']:.4f} for signals (brief: about {paper_cos}); final residual "
-              f"{main['median_final_resid_cos_signal']:.4f}. Relative change of the logit difference: median "
-              f"{main['median_rel_dld_signal']:+.2f} (signal) vs {main['median_rel_dld_control']:+.3f} (score-matched), "
-              f"{norm['median_rel_dld_control']:+.3f} (norm-matched)."))

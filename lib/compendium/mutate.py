@@ -8,7 +8,8 @@ The files: the ledger's judging rule, schema and statistics helpers (``compendiu
 ``compendium.checks``, ``compendium.stats``) and the measure code of the ProtoT and ACC++ claims
 (``protot.robustness.metrics`` and ``.compare``, ``protot.context_use``,
 ``protot.train.split_eval``, ``protot.preference``, ``protot.cola``, ``accpp.signals``,
-``accpp.interventions``), each against its fast tests (no pretrained model, no notebook).
+``accpp.interventions``, ``accpp.head_patch``, ``accpp.intervention_summary``), each against its
+fast tests (no pretrained model, no notebook).
 Mutant globs split a run too long for one sitting (``"protot.*"``, ``"accpp.*"``,
 ``"compendium.*"``). Each mutant's tests run on one thread (``OMP_NUM_THREADS`` and
 ``MKL_NUM_THREADS`` default to 1): mutants run side by side (``--max-children``), and no OpenMP

@@ -46,8 +46,9 @@ import seaborn as sns
 import torch
 
 from accpp import datasets, ioi
-from accpp.interventions import (CONTROLS, Intervener, compare_subspaces, measure_intervention_selective,
-                                 paired_summary, prompt_ratios, score_matching_error, top_seed_edges)
+from accpp.intervention_summary import (measure_intervention_selective, paired_summary, prompt_ratios,
+                                        score_matching_error)
+from accpp.interventions import CONTROLS, Intervener, compare_subspaces, top_seed_edges
 from accpp.models import load_model
 from accpp.trace import Tracer
 from compendium import claims, notebook, plotting

@@ -341,7 +341,7 @@ def _interventions():
 
 
 def test_intervention_selective():
-    from accpp.interventions import measure_intervention_selective, paired_summary
+    from accpp.intervention_summary import measure_intervention_selective, paired_summary
 
     df = _interventions()
     paired = {c: paired_summary(df, control=c, seed=0, n_boot=50) for c in ("random", "random_matched", "random_score")}
@@ -443,7 +443,7 @@ class _Tagged(dict):
 
 
 def test_intervention_selective_reads_each_number_from_its_own_control_and_field():
-    from accpp.interventions import measure_intervention_selective
+    from accpp.intervention_summary import measure_intervention_selective
 
     main, norm, rnd = _Tagged(10), _Tagged(20), _Tagged(30)
     m = measure_intervention_selective(_interventions(), {"random_score": main, "random_matched": norm, "random": rnd},

@@ -1,4 +1,5 @@
-"""Signal interventions (accpp.interventions) on tiny random float64 models.
+"""Signal interventions (accpp.interventions, accpp.head_patch, accpp.intervention_summary) on tiny
+random float64 models.
 
 The identities hold exactly in real arithmetic; under ``float64_exact`` they hold to ~1e-13,
 and we assert 1e-9 (as in test_exactness.py).
@@ -10,8 +11,8 @@ import torch
 
 from accpp.arch import UnsupportedArchitecture, get_path
 from accpp.decompose import KIND_HEAD, KIND_MLP, visible
-from accpp.interventions import (Intervener, NotASignalEdge, SignalSpec, compare_subspaces, paired_summary,
-                                  prompt_ratios, random_subspace, score_matching_error)
+from accpp.intervention_summary import paired_summary, prompt_ratios, score_matching_error
+from accpp.interventions import Intervener, NotASignalEdge, SignalSpec, compare_subspaces, random_subspace
 from accpp.signals import Firing
 from accpp.testing import float64_exact, random_prompt, tiny_model
 from accpp.trace import TraceConfig, Tracer

@@ -1,4 +1,4 @@
-"""accpp.interventions at the value level: each helper on tiny hand-made inputs, every output field
+"""accpp.interventions and accpp.head_patch at the value level: each helper on tiny hand-made inputs, every output field
 against a number or string worked out by hand (in the comments), every refusal with its whole message.
 
 The Intervener's methods that read only the architecture, the decomposition and the solver run on a
@@ -17,9 +17,9 @@ import torch
 
 from accpp.arch import UnsupportedArchitecture
 from accpp.decompose import KIND_BIAS, KIND_EMB, KIND_HEAD, KIND_MLP, KIND_OFFSET
-from accpp.interventions import (CONTROLS, SIDES, SUPPORTED, InterventionResult, Intervener, NotASignalEdge,
-                                 SignalSpec, _cos, _rotate, _span, check_supported, compare_subspaces,
-                                 random_subspace, top_seed_edges)
+from accpp.head_patch import SIDES, SUPPORTED, _rotate, check_supported
+from accpp.interventions import (CONTROLS, InterventionResult, Intervener, NotASignalEdge, SignalSpec, _cos, _span,
+                                 compare_subspaces, random_subspace, top_seed_edges)
 from accpp.signals import Firing, SignalEdge
 from tests.accpp.interventions_standins import (COEFFS, MLP0, _bare, _head_space, _hspec, _input_space, _list,
                                                 _raises, _spec)

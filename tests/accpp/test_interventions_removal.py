@@ -1,6 +1,7 @@
-"""accpp.interventions at the value level, second part: the per-prompt summaries (paired_summary,
-prompt_ratios, score_matching_error), measure_intervention_selective's fixed settings, Intervener.remove's
-result fields on stand-ins, head_patch on a stand-in module tree, and one removal on a tiny model. Every
+"""accpp.interventions at the value level, second part: the per-prompt summaries of
+accpp.intervention_summary (paired_summary, prompt_ratios, score_matching_error),
+measure_intervention_selective's fixed settings, Intervener.remove's result fields on stand-ins,
+accpp.head_patch on a stand-in module tree, and one removal on a tiny model. Every
 output against a number worked out by hand (in the comments), every refusal with its whole message;
 the stand-ins are in interventions_standins.py.
 """
@@ -16,8 +17,8 @@ import torch
 
 from accpp.arch import UnsupportedArchitecture
 from accpp.decompose import KIND_EMB
-from accpp.interventions import (CONTROLS, InterventionResult, Intervener, SignalSpec, paired_summary,
-                                 prompt_ratios, score_matching_error)
+from accpp.intervention_summary import paired_summary, prompt_ratios, score_matching_error
+from accpp.interventions import CONTROLS, InterventionResult, Intervener, SignalSpec
 from tests.accpp.interventions_standins import _head_space, _hspec, _input_space, _list, _raises
 
 TOL = 1e-12
@@ -208,7 +209,7 @@ def test_intervention_selective_fixed_texts_config_and_refusals():
     """The parts of the Measurement not read from the paired summaries (those are checked field by field in
     test_accpp_measures.py): the unit, the control's description, the config, a table without score_scale or
     sing columns, and each refusal's whole message."""
-    from accpp.interventions import measure_intervention_selective
+    from accpp.intervention_summary import measure_intervention_selective
 
     t = _table().assign(attn_drop=0.125, score_change=-1.0)
     paired = {c: paired_summary(t, control="random_score", n_boot=20) for c in CONTROLS}
@@ -446,7 +447,7 @@ def _patch(side="d", delta=None, q_norm=None, k_norm=None, rotary_dims=2) -> "he
     """head_patch on layer 0, head 1 (kv head 0) of a stand-in module tree: 2 query heads, 1 kv head, d_head 2."""
     from torch import nn
 
-    from accpp.interventions import head_patch
+    from accpp.head_patch import head_patch
 
     attn = nn.Module()
     for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
@@ -461,7 +462,7 @@ def _patch(side="d", delta=None, q_norm=None, k_norm=None, rotary_dims=2) -> "he
 
 
 def test_head_patch_construction_and_hooks():
-    from accpp.interventions import head_patch
+    from accpp.head_patch import head_patch
 
     p = _patch(delta=torch.tensor([1.0, 2.0]))  # float32 in, float64 kept
     assert p.delta.dtype == torch.float64 and p.delta.tolist() == [1.0, 2.0]
