@@ -38,9 +38,10 @@ Public API (import the modules; nothing runs at import time):
   the claim's measurement.
 - ``accpp.clustering``: Jaccard distance matrices of circuits, average linkage (scipy), ARI / NMI
   (scikit-learn), permutation tests, dendrogram and heatmap figures.
-- ``accpp.interpret``: automated interpretation of signals, scaled down (top contexts, describers, a
-  judge); ``accpp.interpret_view``: the descriptions as a reader sees them, each with its judge score
-  and its describer's checks.
+- ``accpp.interpret``: automated interpretation of signals, scaled down (signals, their activations,
+  top contexts); ``accpp.interpret_judge``: the describers, the judge and the claim's measurement;
+  ``accpp.interpret_view``: the descriptions as a reader sees them, each with its judge score and
+  its describer's checks.
 - ``accpp.viewer``: the interactive circuit viewer (one self-contained page per circuit).
 - ``accpp.figures``: layered circuit drawing in the viewer's colours, legible at the book's width,
   signal-rank histogram.

@@ -1,5 +1,6 @@
-"""What a reader is shown of a signal-interpretation study (:mod:`accpp.interpret`): each
-description beside its judge score, and whether its describer's own checks passed.
+"""What a reader is shown of a signal-interpretation study (:mod:`accpp.interpret`,
+:mod:`accpp.interpret_judge`): each description beside its judge score, and whether its
+describer's own checks passed.
 
     described = [Described("instruction model", lm_desc, lm_table, describer_check(lm_table)), ...]
     descs = viewer_descriptions(signals, described, found, tok)     # accpp.viewer's descriptions=
@@ -8,7 +9,7 @@ description beside its judge score, and whether its describer's own checks passe
 A description is only text a model wrote; whether it says anything about the signal is what the
 judge measures. So a description is never shown alone: it comes with its judge score (the balanced
 accuracy of telling the signal's held-out top contexts from random ones with this description, and
-with another signal's, from :func:`accpp.interpret.judge_signals`) and with two checks of its
+with another signal's, from :func:`accpp.interpret_judge.judge_signals`) and with two checks of its
 describer; a failed check marks it *not informative*:
 
 1. the describer's check: over all signals, its descriptions beat another signal's with the judge,
@@ -42,7 +43,8 @@ _LIST_NUMBER = re.compile(r"^\s*\d+\s*[.)]\s*")
 @dataclass(frozen=True)
 class Described:
     """One describer's output: its name, a description per signal, the judge's table for them
-    (:func:`accpp.interpret.judge_signals`, rows in signal order) and its check (:func:`describer_check`)."""
+    (:func:`accpp.interpret_judge.judge_signals`, rows in signal order) and its check
+    (:func:`describer_check`)."""
     name: str
     descriptions: Sequence[str]
     table: object   # pandas.DataFrame with ba_own, ba_other, gap

@@ -7,8 +7,8 @@
 # from random ones. The paper used a 70B describer and a 27B judge; **here both are the 135M-parameter
 # SmolLM2-135M-Instruct, the only instruction model available offline**, so this notebook is a
 # small-scale stand-in for the paper's pipeline, with the same structure and our own choices at every
-# step (documented in `accpp.interpret`), not a reproduction of its numbers (the paper gives none that
-# we could check).
+# step (documented in `accpp.interpret` and `accpp.interpret_judge`), not a reproduction of its numbers
+# (the paper gives none that we could check).
 #
 # The pipeline: (1) signals are the distinct signal edges of ACC++ circuits traced on IOI prompts
 # (upstream component x the singular direction(s) of W_Q W_K^T of the head that reads it); (2) a
@@ -46,10 +46,11 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from accpp import datasets, interpret, interpret_view, ioi, viewer
+from accpp import datasets, interpret, interpret_judge, interpret_view, ioi, viewer
 from accpp.models import load_model
 from accpp.trace import Tracer
 from compendium import claims, notebook, plotting
+from compendium.stats import bootstrap_mean_ci
 
 nb = notebook.start("accpp/07_signal_interpretation", PROFILE, SEED, DEVICE, threads=1)
 # The registered protocol (papers/accpp/claims.yaml, auto-interpretation): model, sample sizes,
@@ -143,11 +144,11 @@ plotting.savefig(fig, "accpp/07_signal_interpretation_contexts", profile=nb.prof
 
 # %%
 t0 = clock()
-baseline_desc = [interpret.baseline_describe(tok, found.describe(i), found.token_counts, found.n_tokens)
+baseline_desc = [interpret_judge.baseline_describe(tok, found.describe(i), found.token_counts, found.n_tokens)
                  for i in range(len(signals))]
 timings["baseline"] = since(t0)
 t0 = clock()
-lm_desc = [interpret.lm_describe(model, tok, found.describe(i), max_new_tokens=MAX_NEW_TOKENS)
+lm_desc = [interpret_judge.lm_describe(model, tok, found.describe(i), max_new_tokens=MAX_NEW_TOKENS)
            for i in range(len(signals))]
 timings["describe"] = since(t0)
 print(f"{len(lm_desc)} instruction-model descriptions: {timings['describe']['wall']:.0f} s "
@@ -161,10 +162,10 @@ print(f"{len(lm_desc)} instruction-model descriptions: {timings['describe']['wal
 
 # %%
 t0 = clock()
-judge = interpret.LMJudge(model, tok)
+judge = interpret_judge.LMJudge(model, tok)
 names = [s.name for s in signals]
-lm_table = interpret.judge_signals(judge, lm_desc, found, seed=nb.seed, names=names)
-baseline_table = interpret.judge_signals(judge, baseline_desc, found, seed=nb.seed, names=names)
+lm_table = interpret_judge.judge_signals(judge, lm_desc, found, seed=nb.seed, names=names)
+baseline_table = interpret_judge.judge_signals(judge, baseline_desc, found, seed=nb.seed, names=names)
 timings["judge"] = since(t0)
 print(f"judge: {judge.n_scored} context scorings, {timings['judge']['wall']:.0f} s (CPU {timings['judge']['cpu']:.0f} s)")
 both = pd.concat([lm_table.assign(describer="instruction model"), baseline_table.assign(describer="token baseline")])
@@ -178,7 +179,7 @@ axes[0].plot([0, 1], [0, 1], color="0.5", lw=1, ls=":")
 axes[0].set(xlabel="balanced accuracy, another signal's description", ylabel="balanced accuracy, own description",
             title="Per signal (jittered)")
 axes[0].legend(fontsize=8)
-ci = {d: interpret.bootstrap_mean_ci(t["gap"], n_boot=N_BOOT, seed=nb.seed)
+ci = {d: bootstrap_mean_ci(t["gap"], n_boot=N_BOOT, seed=nb.seed)
       for d, t in (("instruction model", lm_table), ("token baseline", baseline_table))}
 means = {"instruction model": lm_table["gap"].mean(), "token baseline": baseline_table["gap"].mean()}
 for y, d in enumerate(ci):
@@ -247,9 +248,9 @@ timings["total"] = since(t_start)
 config = dict(model=MODEL, n_traced=len(circuits), n_signals=len(signals), corpus=asdict(CORPUS),
               k_top=K_TOP, n_heldout=N_HELDOUT, n_random=N_RANDOM, max_new_tokens=MAX_NEW_TOKENS,
               describer="SmolLM2-135M-Instruct (greedy)", judge="SmolLM2-135M-Instruct log-likelihood gain",
-              judge_prefix=interpret.LMJudge.COND, seconds=timings)
-m = interpret.measure_auto_interpretation(lm_table, baseline=baseline_table, config=config, n_boot=N_BOOT,
-                                          seed=nb.seed)
+              judge_prefix=interpret_judge.LMJudge.COND, seconds=timings)
+m = interpret_judge.measure_auto_interpretation(lm_table, baseline=baseline_table, config=config,
+                                                n_boot=N_BOOT, seed=nb.seed)
 assert m.claim == "accpp/auto-interpretation"
 v = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 print(pd.DataFrame(timings).T)

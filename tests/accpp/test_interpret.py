@@ -1,7 +1,7 @@
-"""Signal interpretation (accpp.interpret): activations equal the tracer's decomposition, streamed top
-contexts equal a brute-force search and are cached, the judge's cached prefix equals a full forward,
-and the pre-registered check passes for informative descriptions but not for descriptions of random
-directions or shuffled ones (a synthetic judge)."""
+"""Signal interpretation (accpp.interpret, accpp.interpret_judge): activations equal the tracer's
+decomposition, streamed top contexts equal a brute-force search and are cached, the judge's cached
+prefix equals a full forward, and the pre-registered check passes for informative descriptions but
+not for descriptions of random directions or shuffled ones (a synthetic judge)."""
 from __future__ import annotations
 
 import gzip
@@ -14,9 +14,11 @@ import pytest
 import torch
 
 from accpp import interpret as it
+from accpp import interpret_judge as ij
 from accpp.decompose import KIND_EMB, KIND_HEAD, KIND_MLP
 from accpp.testing import float64_exact, random_prompt, tiny_model
 from compendium import claims
+from compendium.stats import bootstrap_mean_ci
 
 VOCAB = 61
 
@@ -154,7 +156,7 @@ def test_streamed_top_contexts_equal_brute_force_and_are_cached(tmp_path, monkey
 def test_judge_prefix_cache_equals_full_forward():
     with float64_exact():
         model = tiny_model("llama", seed=2)
-        judge = it.LMJudge(model, FakeTokenizer(), batch=2)
+        judge = ij.LMJudge(model, FakeTokenizer(), batch=2)
         prefix = [5, 9, 13, 2]
         contexts = [[3, 4, 5], [7, 8, 9, 10, 11], [12], [1, 2, 3, 4]]
         got = judge.logprob(prefix, contexts)
@@ -168,15 +170,15 @@ def test_judge_prefix_cache_equals_full_forward():
 
 
 def test_balanced_accuracy_and_derangement():
-    assert it.balanced_accuracy([3, 4], [1, 2]) == 1.0
-    assert it.balanced_accuracy([1, 2], [3, 4]) == 0.0
-    assert it.balanced_accuracy([1, 1], [1, 1]) == 0.5
-    assert it.balanced_accuracy([4, 1], [3, 2]) == 0.5
+    assert ij.balanced_accuracy([3, 4], [1, 2]) == 1.0
+    assert ij.balanced_accuracy([1, 2], [3, 4]) == 0.0
+    assert ij.balanced_accuracy([1, 1], [1, 1]) == 0.5
+    assert ij.balanced_accuracy([4, 1], [3, 2]) == 0.5
     with pytest.raises(ValueError, match="equal"):
-        it.balanced_accuracy([1], [1, 2])
-    p = it.derangement(7, seed=3)
-    assert sorted(p) == list(range(7)) and all(i != j for i, j in enumerate(p)) and p == it.derangement(7, 3)
-    lo, hi = it.bootstrap_mean_ci([0.1, 0.2, 0.3, 0.4], n_boot=500, seed=0)
+        ij.balanced_accuracy([1], [1, 2])
+    p = ij.derangement(7, seed=3)
+    assert sorted(p) == list(range(7)) and all(i != j for i, j in enumerate(p)) and p == ij.derangement(7, 3)
+    lo, hi = bootstrap_mean_ci([0.1, 0.2, 0.3, 0.4], n_boot=500, seed=0)
     assert 0.1 <= lo < 0.25 < hi <= 0.4
 
 
@@ -208,15 +210,15 @@ def test_check_passes_for_real_descriptions_and_not_for_random_directions(tmp_pa
         found_null = it.top_contexts(model, tok, arch, nulls, spec, **kw)
 
     def describe(f):
-        return [it.baseline_describe(tok, f.describe(i), f.token_counts, f.n_tokens) for i in range(len(f.top))]
+        return [ij.baseline_describe(tok, f.describe(i), f.token_counts, f.n_tokens) for i in range(len(f.top))]
 
     own = describe(found)
-    real = it.judge_signals(TokenJudge(), own, found, seed=0)
-    null = it.judge_signals(TokenJudge(), describe(found_null), found, seed=0)
-    shuffled = it.judge_signals(TokenJudge(), [own[j] for j in it.derangement(32, 5)], found, seed=0)
+    real = ij.judge_signals(TokenJudge(), own, found, seed=0)
+    null = ij.judge_signals(TokenJudge(), describe(found_null), found, seed=0)
+    shuffled = ij.judge_signals(TokenJudge(), [own[j] for j in ij.derangement(32, 5)], found, seed=0)
     status = {}
     for name, table in (("real", real), ("random directions", null), ("shuffled", shuffled)):
-        m = it.measure_auto_interpretation(table, baseline=real, config={})
+        m = ij.measure_auto_interpretation(table, baseline=real, config={})
         assert m.claim == "accpp/auto-interpretation" and m.values["n_signals"] == 32
         assert m.values["heldout_per_signal"] == 10
         status[name], _, _, reason = claims.evaluate(claim, m.values, "cpu")
@@ -227,23 +229,23 @@ def test_check_passes_for_real_descriptions_and_not_for_random_directions(tmp_pa
     assert status == {"real": "holds", "random directions": "inconclusive", "shuffled": "inconclusive"}
     assert real["gap"].mean() > 0.1 > abs(null["gap"].mean())
     # 4 held-out contexts per signal (balanced accuracy in steps of 1/8): the power precondition fails
-    coarse = it.measure_auto_interpretation(real.assign(n_heldout=[4] + [10] * 31))
+    coarse = ij.measure_auto_interpretation(real.assign(n_heldout=[4] + [10] * 31))
     verdict, _, _, reason = claims.evaluate(claim, coarse.values, "cpu")
     assert verdict == "inconclusive" and "judge-resolution" in reason
     # fewer than 30 signals: the power precondition fails
-    small = it.measure_auto_interpretation(real.iloc[:10])
+    small = ij.measure_auto_interpretation(real.iloc[:10])
     assert claims.evaluate(claim, small.values, "paper")[0] == "inconclusive"
     with pytest.raises(ValueError, match="lacks"):
-        it.measure_auto_interpretation(real.drop(columns="gap"))
+        ij.measure_auto_interpretation(real.drop(columns="gap"))
 
 
 def test_describers_are_deterministic():
     ctxs = [it.Context([1, 2, 7], 3.0), it.Context([4, 7], 2.0), it.Context([5, 9], 1.0)]
-    d = it.baseline_describe(FakeTokenizer(), ctxs, {7: 100, 9: 1, 2: 50}, 1000)
+    d = ij.baseline_describe(FakeTokenizer(), ctxs, {7: 100, 9: 1, 2: 50}, 1000)
     assert d == "the word 't7'"  # the only token seen twice
     with float64_exact():
         model = tiny_model("llama", seed=4)
-        a = it.lm_describe(model, FakeTokenizer(), ctxs, max_new_tokens=4)
-        assert a == it.lm_describe(model, FakeTokenizer(), ctxs, max_new_tokens=4) and isinstance(a, str) and a
+        a = ij.lm_describe(model, FakeTokenizer(), ctxs, max_new_tokens=4)
+        assert a == ij.lm_describe(model, FakeTokenizer(), ctxs, max_new_tokens=4) and isinstance(a, str) and a
     with pytest.raises(ValueError, match="no contexts"):
-        it.baseline_describe(FakeTokenizer(), [], {}, 1)
+        ij.baseline_describe(FakeTokenizer(), [], {}, 1)

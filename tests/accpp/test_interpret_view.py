@@ -11,6 +11,7 @@ from accpp import interpret as it
 from accpp import interpret_view as iv
 from accpp import viewer
 from accpp.decompose import KIND_MLP
+from compendium.stats import bootstrap_mean_ci
 
 
 class Tok:
@@ -40,7 +41,7 @@ def test_the_describer_check_is_the_claim_s_interval_above_zero():
     assert good["passed"] and "above 0" in good["check"] and "6 signals" in good["check"]
     noisy = iv.describer_check(_table([0.25, -0.25, 0.0, 0.25, -0.25, 0.0]), seed=0)
     assert not noisy["passed"]
-    lo, hi = it.bootstrap_mean_ci(pd.Series([0.25, -0.25, 0.0, 0.25, -0.25, 0.0]), n_boot=2000, seed=0)
+    lo, hi = bootstrap_mean_ci(pd.Series([0.25, -0.25, 0.0, 0.25, -0.25, 0.0]), n_boot=2000, seed=0)
     assert f"{lo:+.3f} to {hi:+.3f}" in noisy["check"]           # the same interval a notebook computes
 
 
