@@ -55,10 +55,11 @@ if [ "$DRY_RUN" = 1 ]; then
 elif "$PY" -c "import pytest" 2>/dev/null; then
     # first the tests only a GPU can run (bfloat16, > 65535 heads, offsets beyond 2^31), then the rest
     GPU_K="bfloat16 or 65535 or beyond_int32"
-    timeout "$TEST_S" "$PY" -m pytest -q -p no:cacheprovider tests/kernels/test_proto_mixer.py \
+    timeout "$TEST_S" "$PY" -m pytest -q -p no:cacheprovider tests/kernels/test_proto_mixer_kernels.py \
         -k "$GPU_K" 2>&1 | tail -n 15 | tee -a "$LOG"
     echo "GPU-only kernel tests exit: ${PIPESTATUS[0]}" | tee -a "$LOG"
-    timeout "$TEST_S" "$PY" -m pytest -q -p no:cacheprovider tests/kernels/test_proto_mixer.py -m "not slow" \
+    timeout "$TEST_S" "$PY" -m pytest -q -p no:cacheprovider tests/kernels/test_proto_mixer_forms.py \
+        tests/kernels/test_proto_mixer_kernels.py -m "not slow" \
         -k "not ($GPU_K) and not compile_for_sm90 and not gpu_bench_dry_run" 2>&1 | tail -n 15 | tee -a "$LOG"
     echo "other kernel tests exit: ${PIPESTATUS[0]}" | tee -a "$LOG"
 else

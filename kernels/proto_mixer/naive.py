@@ -5,7 +5,7 @@ The op (README.md, Eq. 1-2), per batch b and head h, with a = log_decay[h] in R^
     S_t = diag(exp(a)) S_{t-1} + k_t^T v_t        S_{-1} = initial_state (or 0),  S_t in R^{K x V}
     o_t = q_t S_t                                  (the current token is included)
 
-Three forms that must agree (tests/kernels/test_proto_mixer.py checks it, in float64 to ~1e-12):
+Three forms that must agree (tests/kernels/test_proto_mixer_forms.py checks it, in float64 to ~1e-12):
 
 * ``naive_decay_linear_attn``: the quadratic masked form (Eq. 3), the reference. O(T^2 K) work,
   O(B H T^2) memory (one channel at a time).

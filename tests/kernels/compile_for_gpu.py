@@ -5,7 +5,7 @@ CPU, so the compiled (non-interpreter) code path is at least checked to build wh
 present: control flow inside loops, dtypes, tl.dot shapes and precisions, shared memory. It
 says nothing about the numbers on a GPU; tests/kernels on a GPU machine does.
 
-Run as a script (tests/kernels/test_proto_mixer.py::test_kernels_compile_for_sm90 does, in a
+Run as a script (tests/kernels/test_proto_mixer_kernels.py::test_kernels_compile_for_sm90 does, in a
 subprocess without TRITON_INTERPRET):  python tests/kernels/compile_for_gpu.py [--all] [--ptxas]
 (--ptxas adds registers and spills per kernel from ptxas -v.)
 """

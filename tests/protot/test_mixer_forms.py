@@ -1,6 +1,6 @@
 """The mixer's own maths (protot.mixer): the normaliser in its three forms, the read query with its
 zero-normaliser rule, the gates, the reduction of the mixer to the op (``channel_mix``) against its
-definition by explicit sums. The op's forms themselves are tested in tests/kernels/test_proto_mixer.py."""
+definition by explicit sums. The op's forms themselves are tested in tests/kernels/test_proto_mixer_forms.py."""
 
 
 import pytest
