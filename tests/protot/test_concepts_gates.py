@@ -12,23 +12,7 @@ import torch
 
 from protot import concepts as C
 from protot.train import tokenizer as tk
-from tests.protot.concepts_standins import T, _ids, _model
-
-
-def _plant(model, layer0_k: int, target: int, strength: float = 12.0):
-    """Layer 0 (no convolution) sees x_t = RMSNorm(E[token]). Give ``target`` its own embedding
-    direction (dim 0, unused by every other token), make W_w the identity and point prototype
-    ``layer0_k`` (only) along dim 0: its write gate is ~1 on ``target`` and ~0 elsewhere."""
-    mixer = model.layers[0].mixer
-    with torch.no_grad():
-        E = model.get_input_embeddings().weight
-        E[:, 0] = 0.0
-        E[target] = 0.0
-        E[target, 0] = 1.0
-        mixer.write_proj.weight.copy_(torch.eye(mixer.write_proj.weight.shape[0]))
-        mixer.prototypes[:, 0] = 0.0
-        mixer.prototypes[layer0_k] = 0.0
-        mixer.prototypes[layer0_k, 0] = strength
+from tests.protot.concepts_standins import T, _ids, _model, _plant_class
 
 
 def test_token_id_errors_name_the_word(tokenizer, women):
@@ -72,7 +56,7 @@ def test_gate_shapes_and_determinism(tokenizer, women):
 @pytest.mark.parametrize("k", [2, 5])
 def test_find_prototype_finds_a_planted_prototype(tokenizer, women, k):
     m = _model(tokenizer.vocab_size, conv_layers=0)
-    _plant(m, k, women)
+    _plant_class(m, k, [women])
     ids = _ids(8, women)
     stats = C.collect_gates(m, ids)
     w = stats.write[0, :, :, k]
@@ -234,7 +218,7 @@ def test_load_model_falls_back_to_a_run(tmp_path, monkeypatch):
 # -- the prototype table's labels and the floor below which a prototype is dead ---------------------------
 def test_prototype_table_labels_and_dead_floor(tokenizer, women):
     m = _model(tokenizer.vocab_size, conv_layers=0)
-    _plant(m, 4, women)
+    _plant_class(m, 4, [women])
     ids = _ids(8, women)
     stats = C.collect_gates(m, ids)
     tab = C.prototype_table(stats, tokenizer, min_count=2, contexts=2).set_index(["layer", "prototype"])

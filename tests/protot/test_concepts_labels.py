@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from protot import concepts as C
-from tests.protot.concepts_standins import T, _ids, _model, _stats_with
+from tests.protot.concepts_standins import T, _ids, _model, _plant_class, _stats_with
 
 
 # -- a prototype found by its label -----------------------------------------------------------------------------
@@ -23,21 +23,6 @@ def _pair_stream(tokenizer, n, seed):
     hits = rng.random(n) < 0.25
     s[hits] = rng.choice(words, size=int(hits.sum()))
     return s.astype(np.uint16)
-
-
-def _plant_class(model, k: int, targets, strength: float = 12.0):
-    """As _plant, for a class of tokens: prototype k of layer 0 takes every token of ``targets``."""
-    mixer = model.layers[0].mixer
-    with torch.no_grad():
-        E = model.get_input_embeddings().weight
-        E[:, 0] = 0.0
-        for t in targets:
-            E[t] = 0.0
-            E[t, 0] = 1.0
-        mixer.write_proj.weight.copy_(torch.eye(mixer.write_proj.weight.shape[0]))
-        mixer.prototypes[:, 0] = 0.0
-        mixer.prototypes[k] = 0.0
-        mixer.prototypes[k, 0] = strength
 
 
 @pytest.mark.parametrize("planted", ["female", "none"])
