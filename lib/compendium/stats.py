@@ -54,6 +54,37 @@ def paired_bootstrap_ci(x, y, n_boot: int = 2000, seed: int = 0, level: float = 
     return bootstrap_mean_ci(x - y, n_boot=n_boot, seed=seed, level=level)
 
 
+def two_level_gap_ci(a, b, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+    """Interval of the gap mean_units(mean_rows(a) - mean_rows(b)) from a two-level bootstrap.
+
+    ``a``: (Sa, n) and ``b``: (Sb, n), one row per replicate (e.g. a model trained with another seed),
+    one column per unit (e.g. a validation block), the same units in both. Each resample draws the
+    units with replacement (the same units for both), then, independently, Sa rows of ``a`` and Sb rows
+    of ``b`` with replacement, and takes the gap of those draws. The units are drawn first, as in
+    :func:`paired_bootstrap_ci`, so with one row each the resamples, and the interval, are exactly
+    that function's on (a[0], b[0]); with more rows the spread between replicates widens the interval."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1] or 0 in a.shape + b.shape:
+        raise ValueError(f"two_level_gap_ci needs non-empty (replicates, units) arrays over the same units, got "
+                         f"{a.shape} and {b.shape}")
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        raise ValueError("two_level_gap_ci needs finite values")
+    n = a.shape[1]
+    rng = np.random.default_rng(seed)
+    units = rng.integers(0, n, size=(n_boot, n))
+
+    def weights(k: int) -> np.ndarray:       # (n_boot, k): how often each row is drawn, over k
+        draws = rng.integers(0, k, size=(n_boot, k))
+        return np.stack([np.bincount(d, minlength=k) for d in draws]) / k
+
+    wa, wb = weights(a.shape[0]), weights(b.shape[0])
+    stat = np.empty(n_boot)
+    for i in range(n_boot):                  # one resample at a time: (n,) rows of memory, not (n_boot, n)
+        d = wa[i] @ a - wb[i] @ b
+        stat[i] = d[units[i]].mean()
+    return _quantiles(stat, level)
+
+
 def bootstrap_diff_ci(a, b, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
     """Interval of mean(a) - mean(b), a and b resampled independently (unpaired samples)."""
     a, b = _sample(a, "bootstrap_diff_ci"), _sample(b, "bootstrap_diff_ci")

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import json
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from protot.train import packing
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @torch.no_grad()
@@ -127,11 +131,12 @@ def measure_ppl(arch: str, table, curves, unigram: float, committed: dict[str, d
 _PAIR_FREE_FIELDS = ("arch", "model_overrides", "eval_every", "eval_blocks", "ckpt_every", "keep_checkpoints")
 
 
-def equal_budget(manifests: dict[str, dict], tolerance: float = 0.01) -> tuple[bool, list[str]]:
+def equal_budget(manifests: dict[str, dict], tolerance: float = 0.01, *, free: tuple = ()) -> tuple[bool, list[str]]:
     """Whether committed models (``{name: MANIFEST}``) were trained at equal size and tokens: each
     finished (steps >= planned steps) and evaluated, the same tokens seen, data key, tokenizer and
     training config apart from the architecture and its overrides, and non-embedding parameters
-    within ``tolerance`` of each other. Returns (ok, the reasons it is not)."""
+    within ``tolerance`` of each other. ``free``: more training-config fields that may differ (e.g.
+    ``("seed",)`` for models that differ only in the training seed). Returns (ok, the reasons it is not)."""
     if len(manifests) < 2:
         raise ValueError(f"equal_budget compares at least two models, got {list(manifests)}")
     why = []
@@ -147,7 +152,7 @@ def equal_budget(manifests: dict[str, dict], tolerance: float = 0.01) -> tuple[b
             why.append(f"{label} differ: {vals}")
 
     def train_cfg(m):
-        return {k: v for k, v in m["train_config"].items() if k not in _PAIR_FREE_FIELDS}
+        return {k: v for k, v in m["train_config"].items() if k not in _PAIR_FREE_FIELDS and k not in free}
 
     same("tokens seen", lambda m: m["tokens_seen"])
     same("data keys", lambda m: m["data"]["data_key"])

@@ -305,25 +305,66 @@ def compare_committed(names: list[str], *, context: int = 256, blocks: int | Non
     return Committed(manifests, ids, groups[ids], nll, out, secs)
 
 
+def _seed_members(manifests: dict[str, dict | None], seed_models: dict | None) -> dict[str, list[str]]:
+    """{arch: [model names]} of the ranking: ``seed_models`` as registered, or, when None, every committed
+    model under its architecture (one per architecture)."""
+    if seed_models is None:
+        committed = {n: m for n, m in manifests.items() if m is not None}
+        arch = {n: m["arch"] for n, m in committed.items()}
+        if len(set(arch.values())) < len(arch):
+            raise ValueError(f"measure_ranking: one committed model per architecture, got {arch}")
+        return {a: [n for n in committed if arch[n] == a] for a in RANKED}
+    if unknown := sorted(set(seed_models) - set(RANKED)):
+        raise ValueError(f"measure_ranking: seed_models names architectures {unknown}; known: {', '.join(RANKED)}")
+    out = {a: list(seed_models.get(a) or []) for a in RANKED}
+    for a, names in out.items():
+        if len(set(names)) < len(names):
+            raise ValueError(f"measure_ranking: seed_models[{a!r}] lists a model twice: {names}")
+        if missing := [n for n in names if n not in manifests]:
+            raise ValueError(f"measure_ranking: seed_models[{a!r}] names {missing}, which the manifests do not list")
+        if wrong := [n for n in names if manifests[n] is not None and manifests[n]["arch"] != a]:
+            raise ValueError(f"measure_ranking: seed_models[{a!r}] holds {wrong} of another architecture")
+    return out
+
+
+def _seed_pair_rows(nll, ref_names, names, groups, boot) -> list[dict]:
+    """One row per (ProtoT model, other model): the gap over all blocks with its paired block interval."""
+    rows = []
+    for r in ref_names:
+        for o in names:
+            row = gaps(nll[r], nll[o], groups, **boot).query("source == 'all'").iloc[0]
+            rows.append({"model": r, "against": o, "gap_nats": float(row.gap_nats), "gap_low": float(row.gap_low),
+                         "gap_high": float(row.gap_high)})
+    return rows
+
+
 def measure_ranking(nll: dict[str, np.ndarray], manifests: dict[str, dict | None], groups, unigram: float, *,
-                    n_boot: int = 2000, seed: int = 0, tables: dict | None = None, evidence: dict | None = None,
-                    config: dict | None = None, note: str = ""):
+                    seed_models: dict[str, list[str]] | None = None, n_boot: int = 2000, seed: int = 0,
+                    tables: dict | None = None, evidence: dict | None = None, config: dict | None = None,
+                    note: str = ""):
     """Claim protot/ppl-ranking from committed models' block losses over the same validation blocks.
 
     ``nll``: {name: (blocks,) mean NLL of each block}, every committed model measured; ``groups``: the
     blocks' source groups; ``manifests``: {name: MANIFEST, or None when not committed}, every model of
-    the protocol. Values:
+    the protocol; ``seed_models``: {arch: [names]}, each architecture's models that differ only in the
+    training seed (None: every committed model is its architecture's only one; committed models of
+    ``manifests`` outside ``seed_models`` are ablations, measured but not ranked). Values:
 
-    - ``nll_gap_<a>`` (a = llama, mamba, deltanet): the mean NLL per token (nats) of the final ProtoT
-      minus that of the final model of architecture a, over the same blocks, with ``_ci_low`` /
-      ``_ci_high`` its 95% paired bootstrap interval over blocks; None (not measured) when either
-      model is missing or not final;
-    - ``models_final``: each of the four architectures has a final committed model, and
-      :func:`protot.train.evaluate.equal_budget` accepts the four;
+    - ``nll_gap_<a>`` (a = llama, mamba, deltanet): the mean over blocks of (the mean NLL of ProtoT's seed
+      models) minus (that of a's), nats per token, with ``_ci_low`` / ``_ci_high`` its 95% interval from a
+      two-level bootstrap over seed models and blocks (:func:`compendium.stats.two_level_gap_ci`; with one
+      seed model each, exactly the paired bootstrap over blocks); None (not measured) when a seed model
+      of either is missing or not final;
+    - ``models_final``: every seed model of the four architectures is committed and final, and
+      :func:`protot.train.evaluate.equal_budget` accepts them (the seed may differ);
     - ``worst_ppl_over_unigram``: the largest perplexity over the blocks, exp(mean NLL), of the
-      measured models, over the unigram perplexity ``unigram``;
-    - ``blocks``: the number of blocks.
+      measured seed models, over the unigram perplexity ``unigram``;
+    - ``blocks``: the number of blocks; with ``seed_models``, ``seed_models_<arch>``: how many each has.
+    Tables: ``ranking_gaps`` (per source, between the first seed models), ``seed_pair_gaps`` (every
+    ProtoT seed model against every other seed model, with the block interval) and ``seed_spread`` (per
+    architecture: the range and standard deviation of those per-pair gaps).
     """
+    from compendium import stats as cstats
     from compendium.claims import Measurement
     from protot.train.evaluate import equal_budget
 
@@ -337,47 +378,71 @@ def measure_ranking(nll: dict[str, np.ndarray], manifests: dict[str, dict | None
         raise ValueError(f"measure_ranking: block losses must cover the {len(groups)} blocks, got {bad}")
     if not unigram > 0:
         raise ValueError(f"measure_ranking: the unigram perplexity must be positive, got {unigram}")
-    arch = {n: m["arch"] for n, m in committed.items()}
-    if len(set(arch.values())) < len(arch):
-        raise ValueError(f"measure_ranking: one committed model per architecture, got {arch}")
-    final = {arch[n]: n for n, m in committed.items() if status_of(m) == "final"}
-    if unmeasured := [n for n in final.values() if n not in nll]:
-        raise ValueError(f"measure_ranking: final model(s) {unmeasured} were not measured")
-    values, gap_tables, ratio = {}, [], {}
-    ref = final.get(RANKED[0])
+    members = _seed_members(manifests, seed_models)
+    why, complete = [], {}
+    for a in RANKED:
+        names = members[a]
+        not_final = [f"{n} is {status_of(manifests[n])}" for n in names if status_of(manifests[n]) != "final"]
+        if not names:
+            why.append(f"{a}: no final model committed")
+        elif not_final:
+            why.append(f"{a}: no final model ({', '.join(not_final)})" if len(names) == 1
+                       else f"{a}: not every seed model is final ({', '.join(not_final)})")
+        else:
+            if unmeasured := [n for n in names if n not in nll]:
+                raise ValueError(f"measure_ranking: final model(s) {unmeasured} were not measured")
+            complete[a] = names
+    finals = [n for a in RANKED for n in complete.get(a, [])]
+    if len(finals) >= 2:
+        why += equal_budget({n: committed[n] for n in finals}, free=("seed",) if seed_models is not None else ())[1]
+    values, gap_tables, ratio, pair_rows, spread = {}, [], {}, [], []
+    boot = {"n_boot": n_boot, "seed": seed}
+    ref = complete.get(RANKED[0])
     for a in RANKED[1:]:
-        other = final.get(a)
+        others = complete.get(a)
         keys = (f"nll_gap_{a}", f"nll_gap_{a}_ci_low", f"nll_gap_{a}_ci_high")
-        if ref is None or other is None:
+        if ref is None or others is None:
             values.update(dict.fromkeys(keys))
             continue
-        g = gaps(nll[ref], nll[other], groups, n_boot=n_boot, seed=seed).assign(model=ref, against=other)
-        row = g[g.source == "all"].iloc[0]
-        values.update(zip(keys, (float(row.gap_nats), float(row.gap_low), float(row.gap_high))))
-        ratio[a] = float(row.ppl_ratio)
-        gap_tables.append(g)
-    why = []
-    for a in RANKED:
-        if a not in final:
-            listed = [f"{n} is {status_of(m)}" for n, m in committed.items() if m["arch"] == a]
-            why.append(f"{a}: no final model " + (f"({', '.join(listed)})" if listed else "committed"))
-    if len(final) >= 2:
-        why += equal_budget({n: committed[n] for n in final.values()})[1]
+        P = np.stack([nll[n] for n in ref])
+        A = np.stack([nll[n] for n in others])
+        point = float((P.mean(0) - A.mean(0)).mean())
+        values.update(zip(keys, (point, *cstats.two_level_gap_ci(P, A, **boot))))
+        ratio[a] = math.exp(point)
+        gap_tables.append(gaps(nll[ref[0]], nll[others[0]], groups, **boot).assign(model=ref[0], against=others[0]))
+        rows = _seed_pair_rows(nll, ref, others, groups, boot)
+        pair_rows += [dict(r, arch=a) for r in rows]
+        g = np.array([r["gap_nats"] for r in rows])
+        spread.append({"arch": a, "protot_seed_models": len(ref), "seed_models": len(others), "pairs": len(g),
+                       "gap_min": float(g.min()), "gap_max": float(g.max()),
+                       "gap_sd": float(g.std(ddof=1)) if len(g) > 1 else None})
+    ranked = [n for a in RANKED for n in members[a] if n in nll]
     ppl = {n: math.exp(float(np.mean(v))) for n, v in nll.items()}
-    values.update(models_final=not why, worst_ppl_over_unigram=max(ppl.values()) / unigram, blocks=len(groups))
+    worst = max(ppl[n] for n in ranked) if ranked else max(ppl.values())
+    values.update(models_final=not why, worst_ppl_over_unigram=worst / unigram, blocks=len(groups))
+    if seed_models is not None:
+        values.update({f"seed_models_{a}": len(members[a]) for a in RANKED})
     shown = "; ".join(
         f"{a} {values[f'nll_gap_{a}']:+.4f} [{values[f'nll_gap_{a}_ci_low']:+.4f}, {values[f'nll_gap_{a}_ci_high']:+.4f}]"
         if values[f"nll_gap_{a}"] is not None else f"{a} not measured" for a in RANKED[1:])
     table = dict(tables or {})
     if gap_tables:
         table["ranking_gaps"] = pd.concat(gap_tables, ignore_index=True)
+    if seed_models is not None:
+        table["seed_pair_gaps"] = pd.DataFrame(pair_rows)
+        table["seed_spread"] = pd.DataFrame(spread)
+    over = ("paired bootstrap interval over" if seed_models is None
+            else "interval from a two-level bootstrap over seed models (" +
+                 ", ".join(f"{a} {len(members[a])}" for a in RANKED) + ") and")
+    extra = {} if seed_models is None else {"seed models": members,
+                                            "ablations (measured, not ranked)": sorted(set(nll) - set(ranked))}
     return Measurement(
         "protot/ppl-ranking", values=values,
         evidence={"models": {n: status_of(m) for n, m in manifests.items()},
                   "not final or not at equal budget": why, "ppl over the blocks": ppl, "unigram_ppl": unigram,
                   "ppl ratio ProtoT / other": ratio,
                   "blocks per source": {str(g): int(c) for g, c in zip(*np.unique(groups, return_counts=True))},
-                  **(evidence or {})},
+                  **extra, **(evidence or {})},
         tables=table, config=dict(config or {}),
-        note=(f"mean NLL gap per token, ProtoT minus each model (nats; 95% paired bootstrap interval over "
+        note=(f"mean NLL gap per token, ProtoT minus each model (nats; 95% {over} "
               f"{len(groups)} validation blocks): {shown}" + (f"; {note}" if note else "")))
