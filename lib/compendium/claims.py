@@ -39,7 +39,7 @@ from compendium.checks import (  # noqa: F401  (the ledger's names, re-exported 
     paper_ids,
 )
 from compendium.judge import (  # noqa: F401
-    Outcome, UnjudgeableResult, check_sha256, evaluate, protocol_sha256, value_of,
+    CHECK_HASH_SCHEME, Outcome, UnjudgeableResult, check_sha256, evaluate, protocol_sha256, value_of,
 )
 
 
@@ -195,7 +195,8 @@ def conclude(m: Measurement, *, profile: str, seed: int | None = None) -> Verdic
         "conditions": [o.as_dict() for o in conds],
         "preconditions": [o.as_dict() for o in pre],
         "registered_check": claim.check.as_dict() if claim.check else None,
-        "check_sha256": check_sha256(claim),
+        "check_sha256": check_sha256(claim, profile),
+        "check_hash_scheme": CHECK_HASH_SCHEME,
         "protocol": claim.protocol_for(profile),
         "protocol_sha256": protocol_sha256(claim, profile),
         "evidence": evidence,

@@ -21,11 +21,14 @@ A result is judged only against the check and the protocol it was measured for (
 ``protocol``: the settings of its measurement, which its notebook reads with
 :func:`compendium.claims.protocol`; a result records their hash, ``protocol_sha256``; one recorded
 under another protocol is not judged when the claim's history has a dated line about the
-change since the result, and refused otherwise): :func:`check_sha256` hashes what
-the check and its preconditions test (quantities, comparators, thresholds, and the profiles where
-the check is not applied); a result recorded under another hash, or before checks were recorded
-at all, is *not judged (recorded under an earlier check)*. How the check is judged (intervals,
-``min_units``) is not part of the hash: it is applied to the recorded values at every rebuild.
+change since the result, and refused otherwise): :func:`check_sha256` hashes the whole check at
+the result's profile, everything that decides its verdict there (each condition's quantity,
+comparator, threshold, interval rule and point reason, ``all_of``, the profiles where the check is
+not applied, every precondition, ``min_units`` and the protocol at the profile); a result recorded
+under another whole check (other than by its protocol alone, the case above), or before checks
+were recorded at all, is *not judged (recorded under an earlier check)*. Results record the hash
+scheme (``check_hash_scheme``); one recorded before the whole check was hashed is read by the
+check and protocol it lists (:func:`recorded_check_sha256`).
 """
 from __future__ import annotations
 
@@ -198,51 +201,114 @@ def evaluate(claim: Claim, values: dict, profile: str, evidence: dict | None = N
 # --------------------------------------------------------------------------------------------
 # which check a result was measured for
 # --------------------------------------------------------------------------------------------
+#: The version of the check hash a result records (``check_hash_scheme``). 2: the whole check at
+#: the result's profile (see :func:`check_sha256`); results without the field were recorded under
+#: scheme 1 (quantities, comparators, thresholds, measured_only_at and the explicit preconditions
+#: only) and are read by :func:`recorded_check_sha256`.
+CHECK_HASH_SCHEME = 2
+
+
 def _sha256(definition: dict) -> str:
     return hashlib.sha256(json.dumps(definition, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def check_sha256(claim: Claim) -> str:
-    """Hash of what the claim's check and preconditions test (see the module docstring)."""
+def _listed(t: Any) -> Any:
+    return list(t) if isinstance(t, (list, tuple)) else t
+
+
+def _condition_def(quantity: Any, op: Any, threshold: Any, interval: Any = None, point: Any = None) -> dict:
+    return {"quantity": quantity, "op": op, "threshold": _listed(threshold),
+            "interval": None if interval is None else list(interval),
+            "point": point.strip() if isinstance(point, str) else point}
+
+
+def _precondition_def(p: dict) -> dict:
+    return {"id": p["id"], "quantity": p["quantity"], "op": p["op"], "threshold": _listed(p["threshold"])}
+
+
+def _whole_sha256(conditions: list[dict] | None, measured_only_at: Any, preconditions: list[dict],
+                  protocol: dict) -> str:
+    return _sha256({"scheme": CHECK_HASH_SCHEME, "check": conditions,
+                    "measured_only_at": sorted(measured_only_at or []),
+                    "preconditions": preconditions, "protocol": protocol})
+
+
+def check_sha256(claim: Claim, profile: str) -> str:
+    """Hash of the whole check of ``claim`` at ``profile``: everything that decides its verdict
+    there. Each condition (the main one and ``all_of``) with its quantity, comparator, threshold,
+    interval rule and ``point`` reason; ``measured_only_at``; every precondition (id, quantity,
+    comparator, threshold) and ``min_units`` (as precondition ``min-units``); the protocol at the
+    profile (the ``all`` settings, then the profile's own). Not in it: what only words or asserts
+    (statements, ``assert_at``, ``expect``, ``registered``, the history)."""
     c = claim.check
-    return _sha256({
-        "check": None if c is None else [x.definition() for x in c.conditions],
-        "measured_only_at": [] if c is None else sorted(c.measured_only_at),
-        "preconditions": [p.definition() for p in claim.preconditions],
-    })
+    conds = None if c is None else [_condition_def(x.quantity, x.op, x.threshold, x.interval, x.point)
+                                    for x in c.conditions]
+    pre = [_precondition_def(p.as_dict()) for p in claim.all_preconditions()]
+    return _whole_sha256(conds, None if c is None else c.measured_only_at, pre, claim.protocol_for(profile))
 
 
-def raw_check_sha256(item: dict) -> str:
+def raw_check_sha256(item: dict, profile: str) -> str:
     """:func:`check_sha256` of a claim as written in a claims.yaml (a mapping), of any version:
     for checking, against the repository's history, which commit registered a check."""
-    def definition(c: dict, pre: bool = False) -> dict:
-        t = c["threshold"]
-        out = {"quantity": c["quantity"], "op": c["op"], "threshold": list(t) if isinstance(t, (list, tuple)) else t}
-        return {"id": c["id"], **out} if pre else out
-
     c = item.get("check")
-    return _sha256({
-        "check": None if c is None else [definition(c), *(definition(x) for x in c.get("all_of") or [])],
-        "measured_only_at": [] if c is None else sorted(c.get("measured_only_at") or []),
-        "preconditions": [definition(p, True) for p in item.get("preconditions") or []],
-    })
+    conds = None if c is None else [
+        _condition_def(x["quantity"], x["op"], x["threshold"], x.get("interval"), x.get("point"))
+        for x in [c, *(c.get("all_of") or [])]]
+    pre = [_precondition_def(p) for p in item.get("preconditions") or []]
+    mu = item.get("min_units")
+    if mu is not None:
+        pre.append({"id": "min-units", "quantity": str(mu["quantity"]), "op": ">=", "threshold": mu["at_least"]})
+    proto = item.get("protocol") or {}
+    base = profiles.base(profile)
+    own = proto.get(profile, {}) if profile != base else {}
+    settings = {**proto.get("all", {}), **proto.get(base, {}), **own}
+    return _whole_sha256(conds, None if c is None else c.get("measured_only_at"), pre, settings)
 
 
-def recorded_check_sha256(entry: dict) -> str | None:
-    """The hash of the check ``entry`` was recorded under: its ``check_sha256``, else computed from
-    the check and preconditions it recorded (results written before the hash was kept); None for a
-    result that recorded no check (judged by its notebook's own test)."""
-    if entry.get("check_sha256"):
-        return str(entry["check_sha256"])
+def _recorded_parts(entry: dict) -> tuple[list[dict] | None, Any, list[dict]] | None:
+    """(conditions, measured_only_at, preconditions) as a result recorded them, in the hash's form;
+    None for a result that recorded no check."""
     if "registered_check" not in entry or not isinstance(entry.get("preconditions"), list):
         return None
     rc = entry["registered_check"]
-    pre = [{k: p[k] for k in ("id", "quantity", "op", "threshold")} for p in entry["preconditions"]]
+    pre = [_precondition_def(p) for p in entry["preconditions"]]
     if rc is None:
-        return _sha256({"check": None, "measured_only_at": [], "preconditions": pre})
-    conds = [{k: c[k] for k in ("quantity", "op", "threshold")} for c in [rc, *rc.get("all_of", [])]]
-    return _sha256({"check": conds, "measured_only_at": sorted(rc.get("measured_only_at") or []),
-                    "preconditions": pre})
+        return None, [], pre
+    conds = [_condition_def(x["quantity"], x["op"], x["threshold"], x.get("interval"), x.get("point"))
+             for x in [rc, *(rc.get("all_of") or [])]]
+    return conds, rc.get("measured_only_at") or [], pre
+
+
+def _scheme1_sha256(conds: list[dict] | None, measured_only_at: Any, pre: list[dict]) -> str:
+    """The hash results recorded before scheme 2 (kept to read them): quantities, comparators,
+    thresholds, measured_only_at and the explicit preconditions (min_units was not in it)."""
+    return _sha256({
+        "check": None if conds is None else [{k: x[k] for k in ("quantity", "op", "threshold")} for x in conds],
+        "measured_only_at": [] if conds is None else sorted(measured_only_at),
+        "preconditions": [p for p in pre if p["id"] != "min-units"],
+    })
+
+
+def recorded_check_sha256(entry: dict, protocol: dict | None = None) -> str | None:
+    """The scheme-2 hash of the whole check ``entry`` was recorded under; None for a result that
+    recorded no check (judged by its notebook's own test).
+
+    A result of scheme 2 (``check_hash_scheme: 2``) states it (``check_sha256``). An earlier one
+    recorded its whole check beside a scheme-1 hash: its check as listed (conditions with their
+    interval and point, its preconditions, ``min-units`` among them) and the protocol it ran
+    (``protocol``), so its scheme-2 hash is computed from them, provided its scheme-1 hash matches
+    what it lists (otherwise the stated hash is returned, and matches no check). ``protocol``, when
+    given, replaces the recorded protocol (to ask whether the check alone differs)."""
+    parts = _recorded_parts(entry)
+    stated = entry.get("check_sha256")
+    if entry.get("check_hash_scheme") == CHECK_HASH_SCHEME and stated and protocol is None:
+        return str(stated)
+    if parts is None:
+        return None if not stated else str(stated)
+    if entry.get("check_hash_scheme") is None and stated and str(stated) != _scheme1_sha256(*parts):
+        return str(stated)
+    ran = (entry.get("protocol") or {}) if protocol is None else protocol
+    return _whole_sha256(parts[0], parts[1], parts[2], ran)
 
 
 def protocol_sha256(claim: Claim, profile: str) -> str | None:
@@ -309,10 +375,14 @@ def derive(claim: Claim, entry: dict) -> Derived:
     if recorded is None or not isinstance(values, dict):
         return Derived(NOT_JUDGED, "Recorded by its notebook's own test before the registered check was applied "
                                    "to results; re-run the notebook to judge it.", entry.get("value"))
-    if recorded != check_sha256(claim):
-        return Derived(NOT_JUDGED, "Recorded under an earlier version of the check or its preconditions; "
-                                   "re-run the notebook to judge it by the registered check.", entry.get("value"))
     protocol = protocol_sha256(claim, profile)
+    if recorded != check_sha256(claim, profile):
+        # the whole check differs: by its protocol alone (the existing rule for a protocol change,
+        # below), or by what it tests or how it is judged (not judged)
+        protocol_moved = protocol is not None and entry.get("protocol_sha256") != protocol
+        if not protocol_moved or recorded_check_sha256(entry, claim.protocol_for(profile)) != check_sha256(claim, profile):
+            return Derived(NOT_JUDGED, "Recorded under an earlier version of the check or its preconditions; "
+                                       "re-run the notebook to judge it by the registered check.", entry.get("value"))
     if protocol is not None and entry.get("protocol_sha256") != protocol:
         since = str((entry.get("provenance") or {}).get("time_utc") or "")[:10] or None
         if not protocol_change_recorded(claim, since):
