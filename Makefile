@@ -65,7 +65,9 @@ all: setup check-data  ## main job: set up, run every notebook (PAPER=P: P's onl
 	$(PY) -m compendium run --profile $(PROFILE) --seed $(SEED) --device $(DEVICE) $(if $(PAPER),--paper $(PAPER)) --keep-going --publish
 	$(MAKE) book
 
-test: setup check-data  ## set up and run the whole test suite (executes every notebook too)
+test: setup check-data  ## set up, lint (ruff: [tool.ruff] in pyproject.toml) and run the whole test suite (executes every notebook too)
+	@echo ">> ruff check (rules F, B and C901: pyproject.toml's [tool.ruff])"
+	$(VENV)/bin/ruff check .
 	@echo ">> running the test suite"
 	$(PY) -m pytest $(PYTEST_ARGS)
 

@@ -90,11 +90,11 @@ def run_one(name: str, n_prompts: int, threads: int, variant: str) -> dict:
     for f in (paths.cache_dir() / "svd").glob(f"{name}-{fingerprint(tracer.arch)}.pt"):
         f.unlink()
     t0 = time.perf_counter()
-    tracer.svd
+    _ = tracer.svd  # computed (or loaded) and cached by the property
     svd_cold = time.perf_counter() - t0
     tracer._svd = None
     t0 = time.perf_counter()
-    tracer.svd
+    _ = tracer.svd  # computed (or loaded) and cached by the property
     svd_warm = time.perf_counter() - t0
     prompts = datasets.ioi_mixed(tok, n=n_prompts + 1, seed=0)
     secs, cpu, sizes = [], [], []
@@ -158,7 +158,7 @@ def memory_one(name: str, T: int, threads: int, variant: str) -> dict:
 
     model, tok = load_model(name)
     tracer = Tracer(model, tok, name=name, config=TraceConfig(variant=variant, threads=threads, max_memory_gb=1e9))
-    tracer.svd
+    _ = tracer.svd  # computed (or loaded) and cached by the property
     ioi = tok(" When Mary and John went to the store, John gave a drink to").input_ids
     filler = tok("The weather was mild and the park was full of people walking their dogs. " * (1 + T // 10)).input_ids
     if T <= len(ioi):

@@ -120,7 +120,7 @@ def copy_bandwidth(device: torch.device, nbytes: int, warmup: int, rep: int) -> 
     y = torch.empty_like(x)
     t = bench(lambda: y.copy_(x), device, warmup, rep)
     gbps = 2 * x.numel() * 4 / (t["ms"] * 1e-3) / 1e9
-    del x, y
+    x = y = None  # the buffers freed (a del would unbind the names the lambda above reads)
     free_memory(device)
     return {"bytes": nbytes, **t, "GBps": gbps}
 
@@ -309,7 +309,7 @@ def run_model_train_section(args, device):
                 if device.type == "cuda":
                     out["peak_mem_GiB"] = torch.cuda.max_memory_allocated(device) / 2**30
                     torch.cuda.reset_peak_memory_stats(device)
-                del model, opt
+                model = opt = None  # freed (a del would unbind the names step() reads)
                 return out
 
             guarded(rec, measure)

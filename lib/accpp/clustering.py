@@ -274,16 +274,17 @@ def permanova(D, factors: dict, covariates: dict | None = None, interaction: boo
         tr_fixed = float(np.trace(Hr @ G @ Hr) + np.trace(EG @ E))
         C = EG @ Hr  # tr(P E G H_r) = sum_i C[perm[i], i]
 
+        # stat is called only within this iteration, so its late binding of the loop's names is safe
         def stat(perm):
             inv = np.empty(n, dtype=int)
             inv[perm] = np.arange(n)
             tr = {}
-            for k, Q in (("a", Qa), ("r", Qr), ("c", Qc)):
-                W = HrQ[k] + E @ Q[inv]  # M' Q, with (P' Q) = Q[inv]
-                tr[k] = float(np.einsum("ij,ij->", W, G @ W))
-            tr_all = tr_fixed + 2.0 * float(C[perm, np.arange(n)].sum())
+            for k, Q in (("a", Qa), ("r", Qr), ("c", Qc)):  # noqa: B023
+                W = HrQ[k] + E @ Q[inv]  # noqa: B023  (M' Q, with (P' Q) = Q[inv])
+                tr[k] = float(np.einsum("ij,ij->", W, G @ W))  # noqa: B023
+            tr_all = tr_fixed + 2.0 * float(C[perm, np.arange(n)].sum())  # noqa: B023
             ss_t, ss_r = tr["a"] - tr["r"], tr_all - tr["c"]
-            return (ss_t / df_t) / (ss_r / df_res) if ss_r > 0 else float("inf"), ss_t, ss_r
+            return (ss_t / df_t) / (ss_r / df_res) if ss_r > 0 else float("inf"), ss_t, ss_r  # noqa: B023
 
         F, ss_t, ss_r = stat(np.arange(n))
         null = np.array([stat(p)[0] for p in perms])

@@ -20,9 +20,11 @@ import torch
 from accpp.arch import Arch, get_path
 
 __all__ = ["Activations", "collect", "Decomposition", "HeadSVD", "head_svds", "rotation_matrices", "head_labels",
-           "visible", "KIND_NAMES"]
+           "visible", "KIND_NAMES", "LABEL_KIND", "LABEL_LAYER", "LABEL_HEAD", "LABEL_SRC"]
 
 KIND_EMB, KIND_HEAD, KIND_MLP, KIND_BIAS, KIND_OFFSET = 0, 1, 2, 3, 4
+# the columns of a component's label row: [kind, layer, head, source] (-1 where one does not apply)
+LABEL_KIND, LABEL_LAYER, LABEL_HEAD, LABEL_SRC = 0, 1, 2, 3
 KIND_NAMES = {KIND_EMB: "emb", KIND_HEAD: "head", KIND_MLP: "mlp", KIND_BIAS: "bias", KIND_OFFSET: "offset"}
 
 
@@ -228,7 +230,7 @@ class Decomposition:
 
     def components(self, L: int, t: int):
         """All components of resid[L][t]: vectors (N, d) and labels (N, 4) [kind, layer, head, src]."""
-        H, T = self.arch.n_heads, self.T
+        H = self.arch.n_heads
         w = self.head_weights(L, t)[:, :, : t + 1]  # (L, H, t+1)
         heads = (w[..., None] * self.vo[:L, :, : t + 1]).reshape(-1, self.emb.shape[1])
         vecs = [self.emb[t][None], heads, self.mlp[:L, t]]

@@ -188,7 +188,7 @@ def draw_circuit(g: nx.MultiDiGraph, tokens: list[str], ax=None, title: str = ""
         fig.set_figheight(fig.get_figheight() * need_pt / height_pt)
     node_size = (0.8 * font) ** 2
 
-    for i, (b, top, h) in enumerate(rows):  # alternate band shading
+    for i, (_, top, h) in enumerate(rows):  # alternate band shading
         if i % 2:
             ax.axhspan(top - 0.5, top + h - 0.5, color="0.95", zorder=0, lw=0)
     widths = [float(d.get("weight") or 0.0) for *_, d in g.edges(data=True)]
@@ -209,7 +209,7 @@ def draw_circuit(g: nx.MultiDiGraph, tokens: list[str], ax=None, title: str = ""
         if nodes:
             nx.draw_networkx_nodes(g, pos, nodelist=nodes, ax=ax, node_color=color, node_size=node_size,
                                    label={"mlp": "MLP", "emb": "embedding"}.get(kind, kind))
-    for n, d in g.nodes(data=True):
+    for n in g.nodes:
         x, y = pos[n]
         ax.text(x + 0.12, y, labels[n], fontsize=font, va="center", ha="left", zorder=5, clip_on=False)
 

@@ -254,7 +254,7 @@ def signal_activations(model, arch, signals: Sequence[Signal], input_ids: torch.
         if last not in need_resid:
             hooks.append(layers[last].register_forward_pre_hook(resid_hook(last), with_kwargs=True))
         for l in need_heads:
-            o = getattr(getattr(layers[l], arch.attn_name), "o_proj")
+            o = getattr(layers[l], arch.attn_name).o_proj
             pre, post = o_hook(l)
             hooks += [o.register_forward_pre_hook(pre), o.register_forward_hook(post)]
         for l in need_mlp:

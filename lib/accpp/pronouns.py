@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import networkx as nx
 import numpy as np
@@ -39,6 +40,9 @@ import torch
 
 from accpp.datasets import MultiTokenName, _token_span, check_filler, name_token
 from accpp.trace import Circuit, Tracer
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["TEMPLATES", "MALE_NAMES", "FEMALE_NAMES", "PRONOUNS", "GENDERS", "PronounPrompt", "PronounMetrics",
            "pronoun_id", "usable_names", "make_prompt", "pronoun_prompts", "balanced_sample", "family_sample",

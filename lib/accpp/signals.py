@@ -310,7 +310,7 @@ class FiringSolver:
     def key_candidates(self, f: Firing, variant: str | None = None) -> Candidates:
         """Key side of ``variant`` (default: the solver's)."""
         variant = check_variant(variant or self.variant)
-        L, a, d, s = f.layer, f.head, f.dest, f.src
+        L, a, d = f.layer, f.head, f.dest
         lw = self.dec.arch.layers[L]
         sig = self.svd.S[L, a]
         dh = sig.numel()

@@ -88,7 +88,7 @@ def _eager_f64(module, query, key, value, attention_mask, scaling=None, dropout=
 
 def _rms_f64(self, x):
     w = self.weight
-    eps = getattr(self, "eps", None) or getattr(self, "variance_epsilon")
+    eps = getattr(self, "eps", None) or self.variance_epsilon
     y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
     return y * (1.0 + w) if type(self).__name__.startswith("Gemma") else w * y
 

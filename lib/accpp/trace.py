@@ -53,7 +53,8 @@ import networkx as nx
 import torch
 
 from accpp import arch as arch_mod
-from accpp.decompose import KIND_BIAS, KIND_EMB, KIND_HEAD, KIND_MLP, KIND_NAMES, KIND_OFFSET, Decomposition
+from accpp.decompose import (KIND_BIAS, KIND_EMB, KIND_HEAD, KIND_MLP, KIND_NAMES, KIND_OFFSET, LABEL_HEAD, LABEL_KIND,
+                             LABEL_LAYER, LABEL_SRC, Decomposition)
 from accpp.decompose import collect, head_svds, visible
 from accpp.graph import STATUSES, Circuit
 from accpp.seeding import SEEDINGS, TokenSet, answer_direction, answer_ids, prob_seeds, seeds
@@ -364,10 +365,10 @@ class Tracer:
                     queue.append(Firing(*key))
             return nid
 
-        head_seeds = [i for i in seed_idx if int(labels[i, 0]) == KIND_HEAD]
+        head_seeds = [i for i in seed_idx if int(labels[i, LABEL_KIND]) == KIND_HEAD]
         n_seeds = len(seed_idx)
         if empty is None and not head_seeds:
-            kinds = sorted({KIND_NAMES[int(labels[i, 0])] for i in seed_idx})
+            kinds = sorted({KIND_NAMES[int(labels[i, LABEL_KIND])] for i in seed_idx})
             empty = ("no_head_seed", f"none of the {len(seed_idx)} seeds is an attention head (seed kinds: "
                      f"{', '.join(kinds) or 'none'}): " + ("nothing is traced (as the authors' tracer)"
                                                           if cfg.variant == "authors" else "no firing to expand"))
@@ -396,9 +397,10 @@ class Tracer:
             if queue:
                 empty = ("truncated", f"max_firings={cfg.max_firings}: no firing was expanded")
             else:
-                why = [f"A{int(labels[i, 1])}.{int(labels[i, 2])}@{pos}<{int(labels[i, 3])}: "
-                       f"{self._why_not_expanded(dec, int(labels[i, 1]), int(labels[i, 2]), pos, int(labels[i, 3]))}"
-                       for i in head_seeds]
+                why = []
+                for i in head_seeds:
+                    layer, head, src = (int(labels[i, c]) for c in (LABEL_LAYER, LABEL_HEAD, LABEL_SRC))
+                    why.append(f"A{layer}.{head}@{pos}<{src}: {self._why_not_expanded(dec, layer, head, pos, src)}")
                 empty = ("tau_cut", f"no head seed's firing is expanded ({'; '.join(why)})")
         status, reason = empty if empty is not None else ("traced", "")
         meta = dict(model=self.name, model_type=arch.model_type, correct=_meta_ids(correct, c_ids),

@@ -18,13 +18,11 @@ prototypes). Their names are importable from here too.
 from __future__ import annotations
 
 import json
-import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 
 

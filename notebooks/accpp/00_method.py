@@ -32,7 +32,8 @@ import torch
 from accpp import datasets, figures, viewer
 from accpp import teaching as tch
 from accpp.arch import from_model
-from accpp.decompose import Decomposition, collect, head_svds
+from accpp.decompose import (KIND_EMB, KIND_HEAD, KIND_MLP, KIND_NAMES, LABEL_KIND, LABEL_SRC, Decomposition, collect,
+                             head_svds)
 from accpp.models import load_model
 from accpp.signals import Firing, FiringSolver, greedy_path, ig_direction
 from accpp.testing import float64_exact, random_prompt, tiny_model
@@ -241,8 +242,7 @@ def edge_table(edges) -> pd.DataFrame:
 
 def lib_edge_table(result) -> pd.DataFrame:
     """The tracer's FiringResult edges in the same table layout."""
-    names = {0: "emb", 1: "head", 2: "mlp", 3: "bias", 4: "offset"}
-    return edge_table([dict(side=e.side, kind=names[e.kind], layer=e.layer, head=e.head, token=e.token, src=e.src,
+    return edge_table([dict(side=e.side, kind=KIND_NAMES[e.kind], layer=e.layer, head=e.head, token=e.token, src=e.src,
                             sing=e.sing, weight=e.weight, drop=e.drop, attribution=e.attribution) for e in result.edges])
 
 
@@ -355,12 +355,13 @@ order = torch.argsort(proj, descending=True)
 
 def component_name(lab) -> str:
     kind, layer, head, src = (int(x) for x in lab)
-    return {0: "emb", 1: f"{layer}.{head} <{tokens[src].strip()}" if src >= 0 else "", 2: f"MLP{layer}"}[kind]
+    return {KIND_EMB: "emb", KIND_HEAD: f"{layer}.{head} <{tokens[src].strip()}" if src >= 0 else "",
+            KIND_MLP: f"MLP{layer}"}[kind]
 
 
 seed_rows = [i for i in order.tolist() if float(proj[i]) >= cutoff]
 lib_seeds = sorted(u for u, v, a in circuit.graph.edges(data=True) if a["side"] == "seed")
-mine_seeds = sorted(node_id(*labels[i, :3].tolist(), pos, int(labels[i, 3])) for i in seed_rows)
+mine_seeds = sorted(node_id(*labels[i, :LABEL_SRC].tolist(), pos, int(labels[i, LABEL_SRC])) for i in seed_rows)
 assert mine_seeds == lib_seeds, (mine_seeds, lib_seeds)
 print(f"sum of projections {float(proj.sum()):.4f} = logit difference {circuit.logit_diff:.4f}; "
       f"cutoff {cutoff:.3f}; seeds: {', '.join(component_name(labels[i]) for i in seed_rows)}")
@@ -380,7 +381,8 @@ ax.legend(fontsize=8)
 plotting.savefig(fig, "accpp/00_seeds", profile=nb.profile)
 
 # %%
-kind_s, L_s, a_s, s_s = labels[max((i for i in seed_rows if int(labels[i, 0]) == 1), key=lambda i: float(proj[i]))].tolist()
+kind_s, L_s, a_s, s_s = labels[max((i for i in seed_rows if int(labels[i, LABEL_KIND]) == KIND_HEAD),
+                                   key=lambda i: float(proj[i]))].tolist()
 d_s = pos
 print(f"followed firing: head {L_s}.{a_s}, destination {d_s} ({tokens[d_s]!r}), source {s_s} ({tokens[s_s]!r}); "
       f"A_ds = {float(fw.attn[L_s, a_s, d_s, s_s]):.3f}, tau = {tch.tau(d_s + 1):.3f}")

@@ -28,7 +28,6 @@ import copy
 import time
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 import torch
 
@@ -117,7 +116,7 @@ rows = [("ProtoT", v["protot_cola"], v["protot_cola_ci_low"], v["protot_cola_ci_
         ("LLaMA", v["llama_cola"], v["llama_cola_ci_low"], v["llama_cola_ci_high"])]
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
 ax = axes[0]
-for i, (label, val, lo, hi) in enumerate(rows):
+for i, (_, val, lo, hi) in enumerate(rows):
     ax.errorbar(val, i, xerr=[[val - lo], [hi - val]], fmt="o", color=f"C{i}", capsize=4)
     ax.scatter(m.evidence["per_seed"][PROTOT if i == 0 else LLAMA], [i] * len(PROTOCOL["seeds"]),
                marker="x", color=f"C{i}", alpha=0.6)

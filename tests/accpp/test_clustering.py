@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from accpp import clustering as cl
-from accpp import multilingual as ml
 
 
 def _planted(n_per=10, seed=0, shared=12, noise=0.15):

@@ -443,7 +443,7 @@ def test_paired_summary_without_a_usable_resample():
 
 
 # ----------------------------------------------------------------------------- head_patch, no model
-def _patch(side="d", delta=None, q_norm=None, k_norm=None, rotary_dims=2) -> "head_patch":
+def _patch(side="d", delta=None, q_norm=None, k_norm=None, rotary_dims=2):
     """head_patch on layer 0, head 1 (kv head 0) of a stand-in module tree: 2 query heads, 1 kv head, d_head 2."""
     from torch import nn
 

@@ -2,7 +2,6 @@
 on a stub model, tracing on a tiny model, and the name-path quantity on hand-built graphs."""
 from __future__ import annotations
 
-import math
 
 import networkx as nx
 import pytest

@@ -73,7 +73,7 @@ def test_acc_baseline_runs_and_is_larger_or_equal():
         a = acc_trace(tracer, ids, 7, 11)
         c = tracer.trace(ids, 7, 11)
     assert a.graph.number_of_nodes() >= 1 and c.graph.number_of_nodes() >= 1
-    for u, v, d in a.graph.edges(data=True):
+    for *_, d in a.graph.edges(data=True):
         assert d["side"] in ("d", "s", "seed")
 
 
@@ -129,17 +129,17 @@ def test_acc_contributions_sum_to_the_comparative_score(acc_setup, firing):
     if comp <= 0:
         assert full == []
     else:
-        for side, tok, contrib, lab, K in full:
+        for side, _tok, contrib, lab, K in full:
             assert float(contrib.sum()) == pytest.approx(comp, rel=1e-9), side
             assert lab.shape[0] == contrib.shape[0] and len(K) == tracer.arch.d_head
         sel = _firing_contributors(solver, tracer.arch, ACCConfig(), L, a, d, s)
         K = sorted(select_singular(c_k).tolist())
-        for side, tok, contrib, lab, K_ in sel:
+        for _side, _tok, contrib, _lab, K_ in sel:
             assert K_ == K and len(K) < tracer.arch.d_head
             assert float(contrib.sum()) == pytest.approx(float(c_k[K].sum()), rel=1e-9)
             assert float(c_k[K].sum()) >= comp * (1 - 1e-12)
     legacy = _firing_contributors(solver, tracer.arch, ACCConfig.legacy(), L, a, d, s)
-    for side, tok, contrib, lab, K in legacy:
+    for side, tok, contrib, _lab, _K in legacy:
         assert float(contrib.sum()) == pytest.approx(float(S[i]), rel=1e-9)
         assert tok == (d if side == "d" else s)
 

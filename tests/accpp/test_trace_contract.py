@@ -8,7 +8,7 @@ import torch
 from accpp import trace as trace_mod
 from accpp.graph import STATUSES
 from accpp.seeding import TokenSet, answer_ids, prob_seeds
-from accpp.testing import float64_exact, random_prompt, tiny_model
+from accpp.testing import random_prompt, tiny_model
 from accpp.trace import TraceConfig, Tracer
 
 

@@ -25,7 +25,7 @@ def wide_graph() -> tuple[nx.MultiDiGraph, list[str]]:
     """A circuit through every one of 28 layers at three positions: wide when layers run across."""
     tokens = ["<s>", " When", " Mary", " and", " John", " went", " to", " the", " store", " gave"]
     g = nx.MultiDiGraph()
-    g.add_node(f"logits@9", kind="logits", layer=N_LAYERS, dest=9)
+    g.add_node("logits@9", kind="logits", layer=N_LAYERS, dest=9)
     for p in (2, 4):
         g.add_node(f"E@{p}", kind="emb", dest=p)
     for layer in range(N_LAYERS):

@@ -194,7 +194,7 @@ def test_a_full_disk_at_any_step_before_the_switch_changes_nothing(published):
         n += 1
         count = [0]
 
-        def fault(label):
+        def fault(label, count=count, n=n):  # bound to this iteration's counter and fault index
             count[0] += 1
             if count[0] == n:
                 if label == "switch":

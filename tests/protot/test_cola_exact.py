@@ -550,7 +550,7 @@ def test_select_lr_fine_tunes_fresh_copies():
     best, scores = cola.select_lr(fresh, CharTok(), train, [0.0, 0.2], frac=0.25, seed=1, epochs=2, **kw)
     fit, held = cola.holdout_split(train, 0.25, seed=1)
     assert len(made) == 2 and made[0] is not made[1]
-    for model, lr in zip(made, (0.0, 0.2)):
+    for _model, lr in zip(made, (0.0, 0.2)):
         pred, _ = _by_hand(_tiny(), fit, held, seed=1, epochs=2, lr=lr, **kw)
         assert scores[lr] == cola.matthews(held.label, pred)
     assert best == max((0.0, 0.2), key=lambda r: (scores[r], -r))

@@ -329,7 +329,8 @@ def test_exclusive_write_norm_eps_zero_position_zero(shared_keys, normalization)
         model.train()
         ids = torch.randint(0, VOCAB, (2, 11), generator=torch.Generator().manual_seed(5))
         captured = []
-        hooks = [m.register_forward_hook(lambda mod, i, o: captured.append(o[0])) for m in model.mixers()]
+        hooks = [m.register_forward_hook(lambda mod, i, o, captured=captured: captured.append(o[0]))
+                 for m in model.mixers()]
         out = model(ids, labels=ids, output_gates=True)
         for h in hooks:
             h.remove()

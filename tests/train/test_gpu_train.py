@@ -7,7 +7,6 @@ the time plan) is the GPU session's job (benchmarks/gpu_session.sh).
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import tarfile
 

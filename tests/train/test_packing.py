@@ -1,6 +1,5 @@
 """Packed token streams are cached, rebuilt only on a source/tokenizer change; batches are stateless."""
 import json
-import shutil
 import time
 
 import numpy as np

@@ -70,7 +70,7 @@ def _stand_ins(monkeypatch, context: int, n_docs: int, wiki_blocks: int, sources
     monkeypatch.setattr(se, "usage", fake_usage)
     boots = []
     for fn in ("per_source", "gaps", "first_half_costs"):
-        def spy(*a, _real=getattr(se, fn), _name=fn, **kw):
+        def spy(*a, _real=getattr(se, fn), _name=fn, **kw):  # noqa: B008  (bound per function, on purpose)
             boots.append((_name, kw))
             return _real(*a, **kw)
         monkeypatch.setattr(se, fn, spy)

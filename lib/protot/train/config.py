@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 ARCHS = ("protot", "llama", "deltanet", "mamba", "hf-llama")
 DATA_SOURCES = ("corpus", "fineweb-edu")
