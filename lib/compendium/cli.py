@@ -25,8 +25,10 @@ def _parse_param(text: str) -> tuple[str, str]:
 def _seed(text: str) -> int:
     try:
         return runner.check_seed(int(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"the seed must be a non-negative integer, got {text!r}") from None
+    except ValueError as err:
+        big = text.strip().isdigit() and int(text) > runs.MAX_SEED
+        raise argparse.ArgumentTypeError(str(err) if big else
+                                         f"the seed must be a non-negative integer, got {text!r}") from None
 
 
 def publish_allowed(profile: str) -> frozenset[str]:
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--paper", default=None, help="run every notebook of this paper (e.g. accpp) and nothing "
                                                      "else; with --publish, publish that paper alone")
     p_run.add_argument("--profile", type=_profile, default=profiles.DEFAULT, help=f"one of {', '.join(profiles.PROFILES)}")
-    p_run.add_argument("--seed", type=_seed, default=0, help="a non-negative integer")
+    p_run.add_argument("--seed", type=_seed, default=0, help="an integer from 0 to 2**32 - 1")
     p_run.add_argument("--device", type=_device, default="cpu", help="cpu, cuda or cuda:N")
     p_run.add_argument("-p", "--param", type=_parse_param, action="append", default=[],
                        help="another parameter of the notebook's parameters cell, NAME=VALUE (VALUE converted to "

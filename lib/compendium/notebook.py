@@ -86,7 +86,7 @@ def start(name: str, profile: str, seed: int, device: str = "cpu", *, threads: i
     profile = profiles.check(profile)
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"SEED must be a non-negative integer, got {seed!r}")
-    seed = int(seed)
+    seed = runs.check_seed_range(int(seed), "SEED")
     device = profiles.check_device(device)
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive integer or None, got {threads!r}")

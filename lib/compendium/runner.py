@@ -248,10 +248,10 @@ def convert_parameters(names: Iterable[str], raw: dict[str, str]) -> dict[str, A
 
 
 def check_seed(seed: Any) -> int:
-    """``seed`` as an int, or ValueError: seeds are non-negative integers."""
+    """``seed`` as an int, or ValueError: seeds are integers from 0 to 2**32 - 1 (numpy's range)."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"the seed must be a non-negative integer, got {seed!r}")
-    return int(seed)
+    return runs.check_seed_range(int(seed))
 
 
 def _kernel_manager_class(env: dict[str, str]):

@@ -33,6 +33,17 @@ COMPLETED, FAILED, RUNNING, NOT_RUN = "completed", "failed", "running", "not run
 
 _interactive: dict[Path, Path] = {}  # output folder -> this process's interactive run folder
 
+#: The largest seed: numpy's ``np.random.seed`` takes 0 .. 2**32 - 1, and a notebook seeds numpy.
+MAX_SEED = 2**32 - 1
+
+
+def check_seed_range(seed: int, what: str = "the seed") -> int:
+    """``seed`` (an integer >= 0), or ValueError when it lies above numpy's range (:data:`MAX_SEED`):
+    refused before any run folder is made, not in a notebook's set-up cell."""
+    if seed > MAX_SEED:
+        raise ValueError(f"{what} must be at most 2**32 - 1 = {MAX_SEED} (numpy's seed range), got {seed}")
+    return seed
+
 
 def _stamp(now: datetime | None = None) -> str:
     return (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
@@ -58,6 +69,7 @@ def create(profile: str, seed: int, *, device: str = "cpu", parameters: dict | N
     profiles.check(profile)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"the seed must be a non-negative integer, got {seed!r}")
+    check_seed_range(seed)
     run = _unique(paths.runs_dir() / f"{_stamp()}-{profile}-s{seed}")
     params = {
         "kind": "runner",
