@@ -20,6 +20,10 @@ reader (the corpus loaders here, the trainer's token streams, ``make check-data`
 link, nor under a linked folder) and match its sha256. :func:`corpus_files` lists the corpus from
 the manifest and refuses any file on disk that a pattern would pick up but the manifest does not
 list, so an extra or linked file can never slip into the training or validation text.
+:func:`load_corpus` reads a corpus file only once :func:`check_records` has found every line a
+record of the corpus's schema (:data:`RECORD_FIELDS`, each a non-empty string) and at least one
+record; anything else (an empty file whose sha256 was updated with it, a line that is not JSON, a
+record missing ``text``) is :class:`CorpusFileError` naming the file and the line.
 """
 from __future__ import annotations
 
@@ -51,6 +55,15 @@ SUMS = "SHA256SUMS"
 class DataFileError(ValueError):
     """A data file is not listed in data/SHA256SUMS, is missing, is a symbolic link, or differs from
     its listed sha256; the message names the file and the fix."""
+
+
+class CorpusFileError(DataFileError):
+    """A corpus file holds no record, or a line that is not a record of the corpus's schema; the
+    message names the file and the line."""
+
+
+#: The fields of every corpus record (one JSON object a line), each a non-empty string.
+RECORD_FIELDS = ("id", "source", "lang", "license", "text")
 
 
 def _missing(path: Path) -> FileNotFoundError:
@@ -216,6 +229,56 @@ def corpus_files(lang: str = "en", sources: Iterable[str] | None = None) -> list
     return check_files(files, root=root)
 
 
+def _record_problem(line: str) -> str | None:
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return f"not valid JSON ({exc.msg} at column {exc.colno})"
+    if not isinstance(rec, dict):
+        return f"a JSON {type(rec).__name__}, not a record {{{', '.join(RECORD_FIELDS)}}}"
+    missing = [k for k in RECORD_FIELDS if k not in rec]
+    extra = sorted(k for k in rec if k not in RECORD_FIELDS)
+    bad = [k for k in RECORD_FIELDS if k in rec and not (isinstance(rec[k], str) and rec[k].strip())]
+    if missing or extra or bad:
+        return "; ".join(
+            ([f"no field {', '.join(missing)}"] if missing else [])
+            + ([f"fields the corpus does not have: {', '.join(extra)}"] if extra else [])
+            + ([f"{', '.join(bad)} not a non-empty string"] if bad else []))
+    return None
+
+
+@lru_cache(maxsize=512)
+def _checked_records(path: str, sha256: str) -> int:
+    shown = f"data/{_relative(Path(path), paths.data_dir())}" if Path(path).is_relative_to(paths.data_dir()) else path
+    fix = "restore it with: git checkout -- " + shown if shown.startswith("data/") else "restore the file"
+    n = 0
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            for number, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                problem = _record_problem(line)
+                if problem:
+                    raise CorpusFileError(f"{shown} line {number}: {problem}; every line of a corpus file is a "
+                                          f"record {{{', '.join(RECORD_FIELDS)}}} ({fix})")
+                n += 1
+    except (OSError, EOFError, UnicodeDecodeError) as exc:  # not gzip, cut short, not UTF-8
+        where = f" after line {n}" if n else ""
+        raise CorpusFileError(f"{shown}{where}: cannot be read as gzip'd UTF-8 JSON lines "
+                              f"({type(exc).__name__}: {exc}); {fix}") from None
+    if n == 0:
+        raise CorpusFileError(f"{shown}: holds no record (it decompresses to nothing but blank lines); a corpus "
+                              f"file holds one record {{{', '.join(RECORD_FIELDS)}}} a line ({fix})")
+    return n
+
+
+def check_records(path: str | os.PathLike) -> int:
+    """The number of records in the corpus file ``path`` (a .jsonl.gz), each line checked against
+    :data:`RECORD_FIELDS`; :class:`CorpusFileError` naming the file and line of the first that is
+    not a record, or when there is none. Remembered per file content (its sha256)."""
+    return _checked_records(str(path), file_sha256(Path(path)))
+
+
 def in_validation(doc_id: str, validation_fraction: float = DEFAULT_VALIDATION_FRACTION) -> bool:
     """Deterministic document-level split: True when ``doc_id`` belongs to the validation split."""
     h = int(hashlib.sha256(doc_id.encode("utf-8")).hexdigest()[:8], 16)
@@ -236,6 +299,8 @@ def load_corpus(
     import datasets
 
     files = [str(f) for f in corpus_files(lang, sources)]
+    for f in files:
+        check_records(f)
     ds = datasets.load_dataset(
         "json", data_files=files, split="train", cache_dir=str(paths.cache_dir() / "datasets")
     )
@@ -250,8 +315,17 @@ def load_corpus(
 
 def load_wikitext2_test() -> str:
     """The WikiText-2 raw test split as one string (the standard out-of-domain LM evaluation text)."""
-    with gzip.open(data_file("corpus/en_eval_wikitext2_test.raw.gz"), "rt", encoding="utf-8") as fh:
-        return fh.read()
+    path = data_file("corpus/en_eval_wikitext2_test.raw.gz")
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise CorpusFileError(f"data/corpus/en_eval_wikitext2_test.raw.gz: cannot be read as gzip'd UTF-8 text "
+                              f"({type(exc).__name__}: {exc})") from None
+    if not text.strip():
+        raise CorpusFileError("data/corpus/en_eval_wikitext2_test.raw.gz: holds no text (it decompresses to "
+                              "nothing); restore it with: git checkout -- data/corpus/en_eval_wikitext2_test.raw.gz")
+    return text
 
 
 def load_fineweb_edu(name: str = "sample-10BT", split: str = "train", streaming: bool = True):
