@@ -424,9 +424,6 @@ class Tracer:
         A, tau = float(dec.acts.attn[layer, head, dest, src]), tau_for(n)
         return None if A >= tau else f"A_ds {A:.3f} < tau {tau:.3f}"
 
-    def _expandable(self, dec: Decomposition, layer: int, head: int, dest: int, src: int) -> bool:
-        return self._why_not_expanded(dec, layer, head, dest, src) is None
-
     def _tokens(self, ids) -> list[str]:
         if self.tokenizer is None:
             return [str(int(i)) for i in ids]

@@ -479,15 +479,15 @@ def select_prototype(model, tokenizer, train_stream: np.ndarray, word: str = " w
     and arguments; that scan masks every prototype, ``candidates=None``): windows before ``select_windows`` training occurrences of
     ``word``, the ``candidates`` most selective prototypes (None: all) masked one at a time, the
     largest drop of mean p(word) wins."""
-    from protot import concepts
+    from protot import ablation, concepts
 
     tid = concepts.token_id(tokenizer, word)
     ctx = concepts.windows_at(train_stream, tid, select_context, where="before", max_windows=select_windows, seed=seed)
     if len(ctx) < 8:
         raise ValueError(f"{word!r} has only {len(ctx)} training contexts of {select_context} tokens; need >= 8")
     stats = concepts.collect_gates(model, ctx, batch_size=batch_size)
-    cand = concepts.selectivity_candidates(stats, tokenizer, word, candidates)
-    scan = concepts.mask_scan(model, ctx, tid, cand, batch_size=batch_size)
+    cand = ablation.selectivity_candidates(stats, tokenizer, word, candidates)
+    scan = ablation.mask_scan(model, ctx, tid, cand, batch_size=batch_size)
     return int(scan.layer.iloc[0]), int(scan.prototype.iloc[0]), scan
 
 

@@ -11,9 +11,9 @@ prototypes count from 0, as in :mod:`protot.intervene`.
 - :func:`collect_gates` -> :class:`GateStats`; :func:`token_table`: gate mass per token type.
 - :func:`bootstrap_change`: percentile bootstrap interval of a relative change of a mean.
 
-The studies built on it live in their own modules: :mod:`protot.labels` (labels and the concept
-check), :mod:`protot.ablation` (editing one prototype), :mod:`protot.usage` (gate shares, dead
-prototypes). Their names are importable from here too.
+The studies built on it live in their own modules, imported from there: :mod:`protot.labels`
+(labels and the concept check), :mod:`protot.ablation` (editing one prototype), :mod:`protot.usage`
+(gate shares, dead prototypes), :mod:`protot.women` (the women measurements).
 """
 from __future__ import annotations
 
@@ -236,22 +236,3 @@ def bootstrap_change(p0: np.ndarray, p1: np.ndarray, n_boot: int = 2000, seed: i
 
     return bootstrap_paired_ci(lambda a, b: 100.0 * (b.mean(1) / a.mean(1) - 1.0), p0, p1,
                                n_boot=n_boot, seed=seed, level=level)
-
-
-
-
-# The study modules import this one; their names stay reachable from here (``concepts.mask_scan``,
-# ``concepts.measure_concepts``, ...) through a lazy module attribute, without an import cycle.
-_STUDIES = ("protot.usage", "protot.labels", "protot.ablation", "protot.women")
-
-
-def __getattr__(name: str):
-    import importlib
-
-    if name.startswith("__"):     # e.g. the import system asking for __path__
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    for module in _STUDIES:
-        mod = importlib.import_module(module)
-        if name in vars(mod):
-            return vars(mod)[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -35,7 +35,7 @@ positions of the sample.
   disentanglement is the mean D over its scored units (a per-unit mean: independent of the count).
 - **Coverage** of a set of units: the fraction of the C classes for which some unit is selective,
   selectivity s_u(c) = m_u(c) / mu_u >= ``threshold`` (the unit is on average ``threshold`` times
-  more active on the class than on text overall; the same ratio as :func:`protot.concepts.find_prototype`).
+  more active on the class than on text overall; the same ratio as :func:`protot.labels.find_prototype`).
   Coverage grows with the number of units, so kinds are compared at a **matched size**: the mean
   coverage over ``n_subsets`` random subsets of ``match`` units (default: the smallest kind's count).
 

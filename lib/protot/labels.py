@@ -194,31 +194,6 @@ def find_prototype(model, tokenizer, word: str, ids: torch.Tensor | None = None,
     return Selection(word, tid, int(best["layer"]), int(best["prototype"]), float(best["selectivity"]), n, table)
 
 
-def class_selectivity(stats: GateStats, token_ids, *, gate: str = "write") -> pd.DataFrame:
-    """Selectivity of every (layer, prototype) for a class of token types (e.g. all digit tokens):
-    mean gate over the positions holding one of ``token_ids`` / mean gate over all positions.
-    Columns layer, prototype, selectivity, on_class, mean, count (positions of the class); most
-    selective first."""
-    sums, counts = token_table(stats, gate)
-    tids = np.unique(np.asarray(list(token_ids), dtype=np.int64))
-    n = int(counts[tids].sum())
-    if n == 0:
-        raise ValueError("none of the class's tokens occurs in the sample")
-    on = sums[:, tids].sum(1) / n
-    allm = sums.sum(1) / counts.sum()
-    L, R = on.shape
-    df = pd.DataFrame([{"layer": l, "prototype": k, "selectivity": float(on[l, k] / max(allm[l, k], 1e-300)),
-                        "on_class": float(on[l, k]), "mean": float(allm[l, k]), "count": n,
-                        "half_life": float(stats.half_life[l, k])} for l in range(L) for k in range(R)])
-    return df.sort_values("selectivity", ascending=False, kind="stable").reset_index(drop=True)
-
-
-def token_class(tokenizer, predicate) -> list[int]:
-    """Ids of the token types whose decoded text satisfies ``predicate`` (e.g. str.isdigit after strip)."""
-    return [i for i in range(len(tokenizer)) if predicate(tokenizer.decode([i]))]
-
-
-
 # -- concept null with matched gate sharpness, and semantic coherence -------------------------------------
 REFERENCE_MODEL = "gemma-3-270m"
 

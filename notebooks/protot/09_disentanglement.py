@@ -39,7 +39,7 @@ import pandas as pd
 import torch
 
 from compendium import claims, notebook, plotting, profiles
-from protot import concepts, sae as S, disentangle as D
+from protot import concepts, labels, sae as S, disentangle as D
 from protot.train import packing, pretrained
 
 nb = notebook.start("protot/09_disentanglement", PROFILE, SEED, DEVICE,
@@ -94,8 +94,8 @@ plt.show()
 
 # %%
 classes = D.frequent_classes(ids, n_classes=N_CLASSES, min_count=MIN_COUNT)
-target = concepts.mean_gate_entropy(proto, ids[: SEARCH[0], : SEARCH[1]])
-null_proto = concepts.matched_null(proto, nb.seed + 1, ids[: SEARCH[0], : SEARCH[1]], target)
+target = labels.mean_gate_entropy(proto, ids[: SEARCH[0], : SEARCH[1]])
+null_proto = labels.matched_null(proto, nb.seed + 1, ids[: SEARCH[0], : SEARCH[1]], target)
 gen_state = torch.get_rng_state()
 torch.manual_seed(nb.seed + 1)
 null_llama = type(llama)(llama.config).to(nb.device).eval()

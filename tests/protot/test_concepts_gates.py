@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from protot import ablation, labels, usage
 from protot import concepts as C
 from protot.train import tokenizer as tk
 from tests.protot.concepts_standins import T, _ids, _model, _plant_class
@@ -38,16 +39,16 @@ def test_gate_shapes_and_determinism(tokenizer, women):
     nsums, ncounts = C.token_table(a, "read", next_token=True)        # gate at t credited to token t + 1
     assert ncounts.sum() == 6 * (T - 1) and ncounts[women] == 12
     np.testing.assert_allclose(nsums[:, women], a.read[:, :, [4, 19]].astype(np.float64).sum((1, 2)), rtol=1e-12)
-    tab = C.prototype_table(a, tokenizer, min_count=2)
+    tab = labels.prototype_table(a, tokenizer, min_count=2)
     assert len(tab) == L * R and list(tab[["layer", "prototype"]].iloc[R + 1]) == [1, 1]
     assert tab["purity"].between(0, 1).all() and tab["entropy"].between(0, 1.0 + 1e-9).all()
-    assert tab.equals(C.prototype_table(a, tokenizer, min_count=2))
-    null = C.shuffled_purity(a, n_perm=2, seed=1)
+    assert tab.equals(labels.prototype_table(a, tokenizer, min_count=2))
+    null = labels.shuffled_purity(a, n_perm=2, seed=1)
     assert null.shape == (2, L, R)
-    assert np.array_equal(null, C.shuffled_purity(a, n_perm=2, seed=1))
-    tt = C.top_tokens(a, tokenizer, 0, 3, top=4, min_count=2)
+    assert np.array_equal(null, labels.shuffled_purity(a, n_perm=2, seed=1))
+    tt = labels.top_tokens(a, tokenizer, 0, 3, top=4, min_count=2)
     assert len(tt) <= 4 and (tt["count"] >= 2).all() and tt["mean_gate"].is_monotonic_decreasing
-    ctx = C.top_contexts(a, tokenizer, 1, 2, gate="read", top=3)
+    ctx = labels.top_contexts(a, tokenizer, 1, 2, gate="read", top=3)
     assert len(ctx) == 3 and ctx["gate"].is_monotonic_decreasing and ctx["context"].str.contains(r"\[\[").all()
     with pytest.raises(ValueError, match="gate"):
         C.token_table(a, "sideways")
@@ -61,12 +62,12 @@ def test_find_prototype_finds_a_planted_prototype(tokenizer, women, k):
     stats = C.collect_gates(m, ids)
     w = stats.write[0, :, :, k]
     assert w[:, 5].min() > 0.99 and w[:, 6:20].mean() < 0.2           # the plant works as intended
-    sel = C.find_prototype(m, tokenizer, " women", ids)
+    sel = labels.find_prototype(m, tokenizer, " women", ids)
     assert (sel.layer, sel.prototype) == (0, k), sel.table.head()
     assert sel.count == 16 and sel.selectivity > 5
     assert sel.table["selectivity"].is_monotonic_decreasing
     # a word that is not planted is not assigned to the planted prototype
-    other = C.find_prototype(m, tokenizer, tokenizer.decode([int(ids[0, 0])]), stats=stats, min_count=1)
+    other = labels.find_prototype(m, tokenizer, tokenizer.decode([int(ids[0, 0])]), stats=stats, min_count=1)
     assert (other.layer, other.prototype) != (0, k)
 
 
@@ -74,11 +75,11 @@ def test_find_prototype_bad_inputs(tokenizer, women):
     m = _model(tokenizer.vocab_size)
     ids = _ids(2, women)
     with pytest.raises(ValueError, match="xylophonists"):
-        C.find_prototype(m, tokenizer, " xylophonists", ids)
+        labels.find_prototype(m, tokenizer, " xylophonists", ids)
     with pytest.raises(ValueError, match="occurs 0 times"):
-        C.find_prototype(m, tokenizer, " Germany", ids)
+        labels.find_prototype(m, tokenizer, " Germany", ids)
     with pytest.raises(ValueError, match="sample"):
-        C.find_prototype(m, tokenizer, " women")
+        labels.find_prototype(m, tokenizer, " women")
 
 
 def test_ablation_noop_is_exact_and_mask_changes_output(tokenizer, women):
@@ -89,9 +90,9 @@ def test_ablation_noop_is_exact_and_mask_changes_output(tokenizer, women):
     before = {n: p.detach().clone() for n, p in m.state_dict().items()}
     contexts = _ids(6, women, seed=1)[:, :16]
     stream = _ids(4, women, seed=2).reshape(-1).numpy()
-    edits = [C.Edit("none", name="no-op"), C.Edit("mask", 1, 3), C.Edit("reinit", 1, 3, seed=7),
-             C.Edit("mask-read", 0, 1)]
-    df = C.ablation(m, contexts, women, edits, ppl_stream=stream, ppl_context=16, ppl_blocks=8, keep_probs=True)
+    edits = [ablation.Edit("none", name="no-op"), ablation.Edit("mask", 1, 3), ablation.Edit("reinit", 1, 3, seed=7),
+             ablation.Edit("mask-read", 0, 1)]
+    df = ablation.ablation(m, contexts, women, edits, ppl_stream=stream, ppl_context=16, ppl_blocks=8, keep_probs=True)
     assert list(df["edit"]) == ["intact", "no-op", "mask L1 P3", "reinit L1 P3", "mask-read L0 P1"]
     assert np.array_equal(df["probs"][0], df["probs"][1]) and df["p_change_pct"][1] == 0.0
     assert df["ppl"][1] == df["ppl"][0] and df["ppl_change_pct"][1] == 0.0
@@ -107,7 +108,7 @@ def test_ablation_noop_is_exact_and_mask_changes_output(tokenizer, women):
         p = torch.softmax(m(contexts).logits[:, -1].double(), -1)[:, women].numpy()
     np.testing.assert_allclose(df["probs"][0], p, rtol=1e-12)
     with pytest.raises(ValueError, match="edit kind"):
-        C.ablation(m, contexts, women, [C.Edit("melt", 0, 0)])
+        ablation.ablation(m, contexts, women, [ablation.Edit("melt", 0, 0)])
     lo, hi = C.bootstrap_change(df["probs"][0], df["probs"][2], n_boot=200)
     assert np.isfinite([lo, hi]).all() and lo <= hi
 
@@ -131,13 +132,13 @@ def test_mask_scan_reuses_the_prefix(tokenizer, women):
     ids = _ids(10, women, seed=5)[:, :12]
     L, R = model.config.num_hidden_layers, model.config.num_prototypes
     cand = [(l, k) for l in range(L) for k in (0, R - 1)]
-    scan = C.mask_scan(model, ids, women, cand, batch_size=4)       # batches of 4, 4 and 2 rows
-    p0 = C.target_probs(model, ids, women)
+    scan = ablation.mask_scan(model, ids, women, cand, batch_size=4)       # batches of 4, 4 and 2 rows
+    p0 = ablation.target_probs(model, ids, women)
     for row in scan.itertuples():
-        with C.edited(model, C.Edit("mask", row.layer, row.prototype)):
-            p = C.target_probs(model, ids, women)
+        with ablation.edited(model, ablation.Edit("mask", row.layer, row.prototype)):
+            p = ablation.target_probs(model, ids, women)
         assert row.p_mean == pytest.approx(float(p.mean()), rel=1e-12, abs=0), (row.layer, row.prototype)
-        assert row.drop_pct == pytest.approx(C.drop_pct(p0, p), rel=1e-9, abs=1e-12)
+        assert row.drop_pct == pytest.approx(ablation.drop_pct(p0, p), rel=1e-9, abs=1e-12)
     assert (scan.drop_pct.abs() > 1e-6).sum() >= len(cand) // 2   # the masks do change p (the check can fail)
     assert list(scan.drop_pct) == sorted(scan.drop_pct, reverse=True)
     assert model.training is False
@@ -153,7 +154,7 @@ def test_prototype_usage():
     read = write[::-1].copy()
     stats = C.GateStats(ids=np.zeros((N, T_), np.int64), write=write, read=read,
                         half_life=np.ones((L, R)), vocab_size=10)
-    u = C.prototype_usage(stats).set_index(["gate", "layer"])
+    u = usage.prototype_usage(stats).set_index(["gate", "layer"])
     assert u.loc[("write", 0), "effective"] == pytest.approx(R) and u.loc[("write", 0), "rarely_used"] == 0
     assert u.loc[("write", 1), "effective"] == pytest.approx(1.0) and u.loc[("write", 1), "rarely_used"] == R - 1
     assert u.loc[("write", 1), "top_prototype"] == 2 and u.loc[("write", 1), "top_share"] == pytest.approx(1.0)
@@ -161,7 +162,7 @@ def test_prototype_usage():
     assert u.loc[("read", 0), "effective"] == pytest.approx(2.0)    # read is write with the layers reversed
     assert u.loc[("read", 2), "effective"] == pytest.approx(R)
     with pytest.raises(ValueError, match="rare"):
-        C.prototype_usage(stats, rare=1.5)
+        usage.prototype_usage(stats, rare=1.5)
 
 
 def test_windows_at(women):
@@ -221,14 +222,14 @@ def test_prototype_table_labels_and_dead_floor(tokenizer, women):
     _plant_class(m, 4, [women])
     ids = _ids(8, women)
     stats = C.collect_gates(m, ids)
-    tab = C.prototype_table(stats, tokenizer, min_count=2, contexts=2).set_index(["layer", "prototype"])
+    tab = labels.prototype_table(stats, tokenizer, min_count=2, contexts=2).set_index(["layer", "prototype"])
     row = tab.loc[(0, 4)]
     assert row.write_tokens.split(" | ")[0] == " women" and row.label == row.write_tokens   # planted on W_w only
-    read = C.top_tokens(stats, tokenizer, 0, 4, gate="read", top=5, min_count=2)
+    read = labels.top_tokens(stats, tokenizer, 0, 4, gate="read", top=5, min_count=2)
     assert row.read_tokens == " | ".join(read.token)
     assert row.top_contexts.count("[[ women]]") == 2 and row.alive
-    assert tab.alive.equals(pd.Series(C.alive_mask(stats).reshape(-1), index=tab.index, name="alive"))
-    shares = C.gate_shares(stats)
+    assert tab.alive.equals(pd.Series(usage.alive_mask(stats).reshape(-1), index=tab.index, name="alive"))
+    shares = usage.gate_shares(stats)
     np.testing.assert_allclose(shares["write"].sum(1), 1.0, rtol=1e-12)
     with pytest.raises(ValueError, match="floor"):
-        C.alive_mask(stats, floor=0.0)
+        usage.alive_mask(stats, floor=0.0)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from protot import ablation, usage
 from protot import concepts as C
 from tests.protot.concepts_standins import T, _ids, _model, _plant_class, _stats_with
 
@@ -39,7 +40,7 @@ def test_label_selection_finds_a_planted_female_prototype(tokenizer, planted):
     stats = C.collect_gates(m, C.sample_blocks(stream, 24, 32, seed=0))
     gates = labels.word_gates(m, tokenizer, stream, [w for p in A.FEMALE_PAIRS for w in p], windows=16, context=16)
     assert all(g["count"] == 16 for g in gates.values())
-    scores = labels.label_scores(gates, A.FEMALE_PAIRS, C.alive_mask(stats))
+    scores = labels.label_scores(gates, A.FEMALE_PAIRS, usage.alive_mask(stats))
     assert len(scores) == 2 * 2 * 8 and scores.score.is_monotonic_decreasing
     sel = labels.select_by_label(scores, stats, gates, female, min_count=2)
     if planted == "female":
@@ -52,7 +53,7 @@ def test_label_selection_finds_a_planted_female_prototype(tokenizer, planted):
                              / max(gates[b][sel.gate][sel.layer, sel.prototype], 1e-12)) for a, b in A.FEMALE_PAIRS])
     assert sel.score == pytest.approx(direct, rel=1e-12)
     # a dead prototype is never selected, however high its score
-    alive = C.alive_mask(stats).copy()
+    alive = usage.alive_mask(stats).copy()
     alive[sel.layer, sel.prototype] = False
     other = labels.select_by_label(labels.label_scores(gates, A.FEMALE_PAIRS, alive), stats, gates, female, min_count=2)
     assert (other.layer, other.prototype) != (sel.layer, sel.prototype)
@@ -140,7 +141,7 @@ def test_ppl_change_interval_matches_direct_perplexity(tokenizer, women):
         direct = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), blocks[:, 1:].reshape(-1),
                                                    reduction="sum")
     assert nll0.sum() == pytest.approx(float(direct), rel=1e-10)
-    with C.edited(m, C.Edit("mask", 1, 2)):
+    with ablation.edited(m, ablation.Edit("mask", 1, 2)):
         nll1 = A.block_nll(m, blocks)
     ch, lo, hi = A.ppl_change_interval(nll0, nll1, T - 1, n_boot=500)
     ppl0, ppl1 = np.exp(nll0.sum() / (10 * (T - 1))), np.exp(nll1.sum() / (10 * (T - 1)))
@@ -256,20 +257,20 @@ def test_measure_women_on_a_planted_model(tokenizer, women):
             return float(torch.exp(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                                                      blocks[:, 1:].reshape(-1))))
         ppl0 = ppl_of()
-        with C.edited(m, C.Edit("mask", 0, 3)):
+        with ablation.edited(m, ablation.Edit("mask", 0, 3)):
             ppl1 = ppl_of()
     assert p.values["ppl_change_pct"] == pytest.approx(100 * (ppl1 / ppl0 - 1), rel=1e-9)
     assert p.evidence["ppl_intact"] == pytest.approx(ppl0, rel=1e-9)
     # the drop and its strata, recomputed directly
     ctx = C.windows_at(val, women, 16, where="before", max_windows=40, seed=0)
-    q0 = C.target_probs(m, ctx, women)
-    with C.edited(m, C.Edit("mask", 0, 3)):
-        q1 = C.target_probs(m, ctx, women)
-    assert a.values["drop_pct"] == pytest.approx(C.drop_pct(q0, q1), abs=1e-9)
+    q0 = ablation.target_probs(m, ctx, women)
+    with ablation.edited(m, ablation.Edit("mask", 0, 3)):
+        q1 = ablation.target_probs(m, ctx, women)
+    assert a.values["drop_pct"] == pytest.approx(ablation.drop_pct(q0, q1), abs=1e-9)
     coord = [C.token_id(tokenizer, w) for w in A.COORDINATORS]
     is_coord = np.isin(ctx[:, -1].numpy(), coord)
     assert a.values["coordination_contexts"] == int(is_coord.sum()) > 0
-    assert a.values["coordination_drop_pct"] == pytest.approx(C.drop_pct(q0[is_coord], q1[is_coord]), abs=1e-9)
+    assert a.values["coordination_drop_pct"] == pytest.approx(ablation.drop_pct(q0[is_coord], q1[is_coord]), abs=1e-9)
     assert sum(a.values[f"{st}_contexts"] for st in A.STRATA) == len(ctx)
     assert a.values["control_margin"] == pytest.approx(a.values["drop_pct"] - ctrl.drop_pct.max())
     spec = a.tables["women_specificity"].set_index("word")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from protot import labels, usage
 from protot import concepts as C
 from protot.models import build_model
 from tests.protot.concepts_standins import _ids, _model, _stats_with
@@ -33,7 +34,7 @@ def _synthetic_reference(n_types=400, dim=16, clusters=8, seed=0):
     v = centres[ours % clusters] + 0.3 * rng.normal(size=(len(ours), dim))
     v -= v.mean(0)
     v /= np.linalg.norm(v, axis=1, keepdims=True)
-    return C.ReferenceEmbeddings("synthetic", ours, ours, v.astype(np.float32))
+    return labels.ReferenceEmbeddings("synthetic", ours, ours, v.astype(np.float32))
 
 
 def test_coherence_sees_planted_clusters():
@@ -48,24 +49,24 @@ def test_coherence_sees_planted_clusters():
     def random_gates(seed):
         g = np.random.default_rng(seed).dirichlet(np.full(R, 0.3), size=(1, 20, 64))
         return g
-    coh = C.coherence(_stats_with(planted, ids, 400), ref, top=10, min_count=2)
+    coh = labels.coherence(_stats_with(planted, ids, 400), ref, top=10, min_count=2)
     assert coh.shape == (1, R) and (coh > 0.5).all()                # top tokens of each prototype: one cluster
     nulls = [_stats_with(random_gates(s), ids, 400) for s in (2, 3, 4)]
-    assert all(np.nanmean(C.coherence(s, ref, top=10, min_count=2)) < 0.3 for s in nulls)
+    assert all(np.nanmean(labels.coherence(s, ref, top=10, min_count=2)) < 0.3 for s in nulls)
     H = {"write": 1.0, "read": 1.0}
-    m = C.measure_concepts(_stats_with(planted, ids, 400), nulls, ref, trained_entropy=H,
+    m = labels.measure_concepts(_stats_with(planted, ids, 400), nulls, ref, trained_entropy=H,
                            null_entropy=[{"write": 1.02, "read": 1.0}] * 3, top=10, min_count=2)
     assert m.values["coherence_margin"] > 0.2 and m.values["null_seeds"] == 3
     assert m.values["null_entropy_gap"] == pytest.approx(0.02)
     claim = claims.get_claim(m.claim)
     assert _judged_at_the_floor(claim, m.values) == claims.HOLDS
     # a null whose gates are not as sharp fails the precondition: inconclusive, naming it
-    m2 = C.measure_concepts(_stats_with(planted, ids, 400), nulls, ref, trained_entropy=H,
+    m2 = labels.measure_concepts(_stats_with(planted, ids, 400), nulls, ref, trained_entropy=H,
                             null_entropy=[{"write": 1.3, "read": 1.0}] * 3, top=10, min_count=2)
     status, _, _, reason = claims.evaluate(claim, m2.values, "cpu")
     assert status == claims.INCONCLUSIVE and "null-entropy-matched" in reason
     with pytest.raises(ValueError, match="map to"):
-        C.coherence(_stats_with(planted, ids, 400), C.ReferenceEmbeddings("none", np.array([0]), np.array([0]),
+        labels.coherence(_stats_with(planted, ids, 400), labels.ReferenceEmbeddings("none", np.array([0]), np.array([0]),
                                                                         np.ones((1, 2), np.float32)))
 
 
@@ -108,7 +109,7 @@ def test_the_concept_check_reads_the_smallest_margin_and_its_interval():
     nulls = [_stats_with(np.random.default_rng(s).dirichlet(np.full(R, 0.3), size=(1, 20, 64)), ids, 400) for s in (2, 3, 4, 5)]
     H = {"write": 1.0, "read": 1.0}
     fam = ["untrained", "untrained", "prototypes redrawn", "prototypes redrawn"]
-    m = C.measure_concepts(_stats_with(planted, ids, 400), nulls, ref, trained_entropy=H, null_entropy=[H] * 4, top=10,
+    m = labels.measure_concepts(_stats_with(planted, ids, 400), nulls, ref, trained_entropy=H, null_entropy=[H] * 4, top=10,
                            min_count=2, null_families=fam, n_boot=300, seed=4)
     coh = m.tables["concept_coherence"]
     tr = coh[(coh.model == "trained") & coh.alive].coherence.to_numpy()
@@ -129,8 +130,8 @@ def test_matched_null_and_an_untrained_model_fails_the_check(tokenizer, variant)
 
     trained = VARIANT_MODELS[variant](tokenizer.vocab_size, seed=0)
     ids = _ids(12, C.token_id(tokenizer, " women"), seed=5)
-    target = {k: 0.5 * v for k, v in C.mean_gate_entropy(trained, ids).items()}     # sharper than at init
-    nulls = [C.matched_null(trained, s, ids, target, tol=0.01) for s in (11, 12, 13, 14)]
+    target = {k: 0.5 * v for k, v in labels.mean_gate_entropy(trained, ids).items()}     # sharper than at init
+    nulls = [labels.matched_null(trained, s, ids, target, tol=0.01) for s in (11, 12, 13, 14)]
     for n in nulls:
         for kind in ("write", "read"):
             assert n.entropy[kind] == pytest.approx(target[kind], rel=0.01)
@@ -140,13 +141,13 @@ def test_matched_null_and_an_untrained_model_fails_the_check(tokenizer, variant)
         for mt, mn in zip(trained.mixers(), nulls[0].model.mixers()):
             assert float(mt.write_tau[0]) in (1.0, 3.0)
             assert float(mn.write_tau[0]) == pytest.approx(float(mt.write_tau[0]) * nulls[0].write_temperature)
-    again = C.matched_null(trained, 11, ids, target, tol=0.01)
+    again = labels.matched_null(trained, 11, ids, target, tol=0.01)
     assert again.write_temperature == nulls[0].write_temperature     # deterministic
     ref = _synthetic_reference()
     stats = [C.collect_gates(n.model, ids) for n in nulls]
-    ents = [C.mean_gate_entropy(n.model, ids) for n in nulls]
+    ents = [labels.mean_gate_entropy(n.model, ids) for n in nulls]
     claim = claims.get_claim("protot/concept-prototypes")
-    m = C.measure_concepts(stats[0], stats[1:], ref, trained_entropy=ents[0], null_entropy=ents[1:], min_count=2)
+    m = labels.measure_concepts(stats[0], stats[1:], ref, trained_entropy=ents[0], null_entropy=ents[1:], min_count=2)
     assert m.values["null_seeds"] == 3 and m.values["null_entropy_gap"] <= 0.05
     status, *_ = claims.evaluate(claim, m.values, "cpu")
     assert status in (claims.DOES_NOT_HOLD, claims.INCONCLUSIVE), m.values   # never holds
@@ -159,7 +160,7 @@ def test_redrawn_null_changes_only_what_it_redraws(tokenizer):
     trained = _model(tokenizer.vocab_size, seed=0, shared_keys=True)
     before = {n: p.detach().clone() for n, p in trained.state_dict().items()}
     ids = _ids(6, C.token_id(tokenizer, " women"), seed=2)
-    target = C.mean_gate_entropy(trained, ids)
+    target = labels.mean_gate_entropy(trained, ids)
     for read_too in (False, True):
         n = labels.redrawn_null(trained, 5, ids, target, read_projections=read_too, tol=0.01)
         assert n.family == labels.NULL_FAMILIES[2 if read_too else 1]
@@ -191,7 +192,7 @@ def test_redrawn_null_of_the_authors_variant_changes_only_what_it_redraws(tokeni
     assert labels.read_projection(trained.layers[1].mixer) is trained.layers[1].mixer.read_proj
     before = {n: p.detach().clone() for n, p in trained.state_dict().items()}
     ids = _ids(6, C.token_id(tokenizer, " women"), seed=2)
-    target = {k: 0.6 * v for k, v in C.mean_gate_entropy(trained, ids).items()}
+    target = {k: 0.6 * v for k, v in labels.mean_gate_entropy(trained, ids).items()}
     for read_too in (False, True):
         n = labels.redrawn_null(trained, 5, ids, target, read_projections=read_too, tol=0.01)
         assert n.family == labels.NULL_FAMILIES[2 if read_too else 1]
@@ -237,7 +238,7 @@ def test_nulls_of_the_authors_variant_match_gate_entropy(tokenizer, family):
     assert trained.config.variant == "authors"
     before = {n: p.detach().clone() for n, p in trained.state_dict().items()}
     ids = _ids(6, C.token_id(tokenizer, " women"), seed=2)
-    target = {k: 0.6 * v for k, v in C.mean_gate_entropy(trained, ids).items()}
+    target = {k: 0.6 * v for k, v in labels.mean_gate_entropy(trained, ids).items()}
     n = labels.null_model(trained, family, 7, ids, target, tol=0.01)
     assert n.entropy["write"] == pytest.approx(target["write"], rel=0.01)
     assert n.write_temperature < 1.0
@@ -271,16 +272,16 @@ def test_every_null_fails_the_concept_check(tokenizer, variant):
 
     trained = _clustered_model(tokenizer.vocab_size, variant=variant)
     ids = _ids(16, C.token_id(tokenizer, " women"), seed=5)
-    target = {k: 0.6 * v for k, v in C.mean_gate_entropy(trained, ids).items()}    # sharper than at init
+    target = {k: 0.6 * v for k, v in labels.mean_gate_entropy(trained, ids).items()}    # sharper than at init
     ref = _synthetic_reference()
     claim = claims.get_claim("protot/concept-prototypes")
     nulls = {fam: [labels.null_model(trained, fam, s, ids, target, tol=0.01) for s in (11, 12, 13, 14)]
              for fam in labels.NULL_FAMILIES}
     stats = {fam: [C.collect_gates(n.model, ids) for n in ns] for fam, ns in nulls.items()}
-    ents = {fam: [C.mean_gate_entropy(n.model, ids) for n in ns] for fam, ns in nulls.items()}
+    ents = {fam: [labels.mean_gate_entropy(n.model, ids) for n in ns] for fam, ns in nulls.items()}
 
     def check(role, pool):
-        m = C.measure_concepts(stats[role][0], [stats[f][i] for f, i in pool], ref, trained_entropy=ents[role][0],
+        m = labels.measure_concepts(stats[role][0], [stats[f][i] for f, i in pool], ref, trained_entropy=ents[role][0],
                                null_entropy=[ents[f][i] for f, i in pool], null_families=[f for f, _ in pool],
                                min_count=2, n_boot=500)
         assert m.values["null_seeds"] == 3 and m.values["null_entropy_gap"] <= 0.05   # preconditions pass
@@ -317,13 +318,13 @@ def test_dead_prototypes_leave_the_concept_check():
     dead = g.copy()
     dead[..., 0] *= 0.01 / R / share0                    # now below the floor
     dead_stats = _stats_with(dead, ids, 400)
-    assert C.alive_mask(alive_stats)[0, 0] and not C.alive_mask(dead_stats)[0, 0]
-    assert list(C.dead_prototypes(dead_stats).itertuples(index=False, name=None))[0][:2] == (0, 0)
+    assert usage.alive_mask(alive_stats)[0, 0] and not usage.alive_mask(dead_stats)[0, 0]
+    assert list(usage.dead_prototypes(dead_stats).itertuples(index=False, name=None))[0][:2] == (0, 0)
     nulls = [_stats_with(np.random.default_rng(s).dirichlet(np.full(R, 0.3), size=(1, 20, 64)), ids, 400) for s in (2, 3, 4)]
     H = [{"write": 1.0, "read": 1.0}] * 3
-    a = C.measure_concepts(alive_stats, nulls, ref, trained_entropy=H[0], null_entropy=H, min_count=2, n_boot=200)
-    d = C.measure_concepts(dead_stats, nulls, ref, trained_entropy=H[0], null_entropy=H, min_count=2, n_boot=200)
-    coh = C.coherence(alive_stats, ref, min_count=2)
+    a = labels.measure_concepts(alive_stats, nulls, ref, trained_entropy=H[0], null_entropy=H, min_count=2, n_boot=200)
+    d = labels.measure_concepts(dead_stats, nulls, ref, trained_entropy=H[0], null_entropy=H, min_count=2, n_boot=200)
+    coh = labels.coherence(alive_stats, ref, min_count=2)
     assert a.values["coherence_trained"] == pytest.approx(np.nanmean(coh))
     assert d.values["coherence_trained"] == pytest.approx(np.nanmean(coh[0, 1:]))
     assert a.evidence["alive_trained"] == R and d.evidence["alive_trained"] == R - 1

@@ -165,11 +165,12 @@ class AuthorsProtoMixer(nn.Module):
         return y, aux
 
 
-#: our parameter name -> (their name pattern, how a head's slice maps); see the module docstring.
-AUTHORS_NAME_MAP = {
-    "prototypes": "P_tables.{h}", "read_proj": "pre_r.{h}.weight", "value_proj": "V.{h}.weight",
-    "out_proj": "U.{h}.weight", "decay_logit": "logit_beta", "write_tau": "tau.{h}",
-    "read_tau": "tau_read.{h}", "alpha": "alpha.{h}", "value_conv": "local_dw.dw.weight",
+#: our parameter name -> their name (``{h}``: the head; each head's slice of ours takes that head's
+#: tensor of theirs); see the module docstring.
+AUTHORS_NAME_MAP = {   # in the order load_authors_state takes them
+    "prototypes": "P_tables.{h}", "value_proj": "V.{h}.weight", "out_proj": "U.{h}.weight",
+    "write_tau": "tau.{h}", "alpha": "alpha.{h}", "read_proj": "pre_r.{h}.weight", "read_tau": "tau_read.{h}",
+    "decay_logit": "logit_beta", "value_conv": "local_dw.dw.weight",
 }
 
 
@@ -193,18 +194,22 @@ def load_authors_state(mixer: AuthorsProtoMixer, state: dict) -> list[str]:
             raise ValueError(f"{what}: shape {tuple(src.shape)} does not fit {tuple(dst.shape)}")
         dst.copy_(src.to(dst.dtype))
 
+    def head_slice(ours: str, h: int) -> torch.Tensor:
+        p = getattr(mixer, ours)
+        return p[h * r:(h + 1) * r] if ours == "prototypes" else p[h]   # head h owns r rows of the prototypes
+
+    per_head = [ours for ours, theirs in AUTHORS_NAME_MAP.items() if "{h}" in theirs]
+    whole = [ours for ours in AUTHORS_NAME_MAP if ours not in per_head]   # decay_logit, value_conv
     for h in range(H):
-        put(mixer.prototypes[h * r:(h + 1) * r], take(f"P_tables.{h}"), f"P_tables.{h}")
-        put(mixer.value_proj[h], take(f"V.{h}.weight"), f"V.{h}.weight")
-        put(mixer.out_proj[h], take(f"U.{h}.weight"), f"U.{h}.weight")
-        put(mixer.write_tau[h], take(f"tau.{h}"), f"tau.{h}")
-        put(mixer.alpha[h], take(f"alpha.{h}"), f"alpha.{h}")
-        if mixer.read_proj is not None:
-            put(mixer.read_proj[h], take(f"pre_r.{h}.weight"), f"pre_r.{h}.weight")
-            put(mixer.read_tau[h], take(f"tau_read.{h}"), f"tau_read.{h}")
-    put(mixer.decay_logit, take("logit_beta"), "logit_beta")
-    if mixer.value_conv is not None:
-        put(mixer.value_conv, take("local_dw.dw.weight")[:, 0, :], "local_dw.dw.weight")
+        for ours in per_head:
+            if getattr(mixer, ours) is not None:      # read_proj, read_tau: absent in shared-routing layers
+                theirs = AUTHORS_NAME_MAP[ours].format(h=h)
+                put(head_slice(ours, h), take(theirs), theirs)
+    for ours in whole:                               # the whole tensor: no per-head name
+        theirs = AUTHORS_NAME_MAP[ours]
+        if getattr(mixer, ours) is not None:         # value_conv: only in the convolving layers
+            src = take(theirs)
+            put(getattr(mixer, ours), src[:, 0, :] if ours == "value_conv" else src, theirs)   # (V, 1, 5) -> (V, 5)
     return sorted(set(state) - used)
 
 

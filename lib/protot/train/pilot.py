@@ -14,7 +14,7 @@ Two 4 x 256 ProtoTs are trained with the same data order, seed and token budget 
 Each is assessed on the validation split by three numbers: perplexity (a fixed set of blocks),
 context use (:mod:`protot.context_use`: the loss change on positions 128-255 when positions 0-127
 are replaced by another document's, and the context effect on p(" women")), and the concept score
-(:func:`protot.concepts.measure_concepts`: mean coherence of each prototype's top write tokens
+(:func:`protot.labels.measure_concepts`: mean coherence of each prototype's top write tokens
 minus that of the best of three untrained ProtoTs with matched gate entropy).
 
 The decision rule was stated before the runs (and is applied by :func:`choose`, not by hand):
@@ -102,7 +102,7 @@ class Assessment:
 def assess(run: Path, *, val: np.ndarray, ref, ppl_blocks: int = 256, concept_blocks: int = 48,
            null_seeds=(1, 2, 3), context_blocks: int = 64, seed: int = 0) -> Assessment:
     """The pilot's numbers for one finished run folder (latest checkpoint)."""
-    from protot import concepts, context_use
+    from protot import concepts, context_use, labels
     from protot.train import checkpoint, evaluate
 
     run = Path(run)
@@ -121,15 +121,15 @@ def assess(run: Path, *, val: np.ndarray, ref, ppl_blocks: int = 256, concept_bl
     cu = context_use.context_use(model, val, name=variant, tokenizer=tok, blocks=context_blocks, seed=seed)
     ids = concepts.sample_blocks(val, concept_blocks, 256, seed=seed)
     stats = concepts.collect_gates(model, ids)
-    entropy = concepts.mean_gate_entropy(model, ids)
+    entropy = labels.mean_gate_entropy(model, ids)
     search = ids[:8, :64]
-    target = concepts.mean_gate_entropy(model, search)
+    target = labels.mean_gate_entropy(model, search)
     null_stats, null_entropy = [], []
     for s in null_seeds:
-        n = concepts.matched_null(model, s, search, target)
+        n = labels.matched_null(model, s, search, target)
         null_stats.append(concepts.collect_gates(n.model, ids))
-        null_entropy.append(concepts.mean_gate_entropy(n.model, ids))
-    m = concepts.measure_concepts(stats, null_stats, ref, trained_entropy=entropy, null_entropy=null_entropy,
+        null_entropy.append(labels.mean_gate_entropy(n.model, ids))
+    m = labels.measure_concepts(stats, null_stats, ref, trained_entropy=entropy, null_entropy=null_entropy,
                                   seed=seed)
     from protot.models import count_parameters
 
@@ -227,14 +227,14 @@ def main(argv=None) -> int:
     import torch
 
     from compendium import atomic, paths, provenance
-    from protot import concepts
+    from protot import labels
     from protot.train import packing
     from protot.train import tokenizer as tk
 
     torch.set_num_threads(1)
     out = Path(args.out) if args.out else paths.repo_root() / "papers" / "protot" / "pilot"
     val = packing.token_stream("validation")
-    ref = concepts.reference_embeddings(tk.load_hf_tokenizer())
+    ref = labels.reference_embeddings(tk.load_hf_tokenizer())
     results = {}
     for run in args.runs:
         a = assess(Path(run), val=val, ref=ref, ppl_blocks=args.ppl_blocks)
