@@ -157,6 +157,9 @@ def check_output(path: str | os.PathLike, what: str = "--output") -> Path:
     in one of the repository's :data:`PROTECTED` folders or in any folder holding files git tracks
     (the repository root included): a run writes into build/ or a folder outside the repository."""
     target = Path(path).expanduser().resolve()
+    if target.exists() and not target.is_dir():
+        raise UnsafeOutputError(f"{what} {os.fspath(path)} is an existing file, not a folder: name a folder (it is "
+                                "made when missing) in build/ or outside the repository")
     root = repo_root().resolve()
     try:
         rel = target.relative_to(root)

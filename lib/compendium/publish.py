@@ -203,13 +203,27 @@ def _names(names: list[str], most: int = 6) -> str:
     return ", ".join(names[:most]) + (f", ... ({len(names) - most} more)" if len(names) > most else "")
 
 
+def _why(err: OSError) -> str:
+    """An OSError in words: what a reader can act on."""
+    words = {errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+             errno.EPERM: "operation not permitted", errno.ENOSPC: "no space left on the device",
+             errno.EDQUOT: "the disk quota is exceeded"}
+    return words.get(err.errno, f"{type(err).__name__}: {err.strerror or err}")
+
+
 # -- the lock -------------------------------------------------------------------------------------
 @contextmanager
 def lock(what: str) -> Iterator[None]:
     """Hold ``<root>/.publish.lock`` (flock) while publishing ``what``; :class:`PublishLocked`, naming
     the holder's pid and run, when another process holds it."""
     path = paths.repo_root() / LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:  # a read-only repository, a folder not ours, a full disk
+        raise PublishError(
+            f"cannot take the publish lock {LOCK} in the repository root ({_why(err)}): nothing was done, papers/ "
+            "is unchanged. Publishing writes papers/ and the lock beside it: publish from a writable "
+            "checkout") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
