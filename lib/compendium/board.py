@@ -28,7 +28,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from compendium import claims as _claims
-from compendium import profiles, tables
+from compendium import integrity, profiles, tables
 
 FIGURE_NAME = "verdict_board.png"
 NOT_JUDGED = _claims.NOT_JUDGED
@@ -125,6 +125,10 @@ def status_of(entry: dict | None) -> str:
 def _cell(claim: _claims.Claim, profile: str, entry: dict | None, published: dict) -> Cell:
     status = status_of(entry)
     if entry is None:
+        # a published result deleted: never "not run" (compendium.integrity)
+        gone = integrity.missing_results(claim.key.split("/", 1)[0], {}, published).get((claim.id, profile))
+        if gone:
+            return Cell(claim.id, profile, NOT_JUDGED, value="missing", reason=gone, marks=(gone,))
         return Cell(claim.id, profile, status)
     # the main quantity's outcome (absent when it was not measured, see compendium.judge)
     main = next((c for c in entry.get("conditions") or [] if claim.check and c.get("quantity") == claim.check.quantity), {})

@@ -56,7 +56,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator
 
-from compendium import atomic, board, paths, profiles, runs, tables
+from compendium import atomic, board, integrity, paths, profiles, runs, tables
 from compendium import claims as _claims
 
 LOCK = ".publish.lock"
@@ -408,6 +408,7 @@ def _publish_locked(run: Path, paper: str | None) -> Published:
     new_results: dict[str, dict[str, Path]] = {p: {} for p in papers}
     new_figures: dict[str, dict[str, Path]] = {p: {} for p in papers}
     writers: dict[str, set[str]] = {p: set() for p in papers}
+    to_publish: dict[str, str] = {}                               # path relative to the run: its notebook
     for rel, name in sorted(owner.items()):
         parts = rel.split("/")
         if len(parts) != 3 or parts[1] not in papers or parts[0] not in ("results", "figures"):
@@ -419,6 +420,12 @@ def _publish_locked(run: Path, paper: str | None) -> Published:
             raise PublishError(f"{paths.display(src)}: listed in status.json as written by {name}, but missing")
         (new_results if parts[0] == "results" else new_figures)[parts[1]][parts[2]] = src
         writers[parts[1]].add(name)
+        to_publish[rel] = name
+    # every file published is the one its notebook wrote: its sha256 recorded in status.json
+    problems = integrity.run_file_problems(run, status, to_publish)
+    if problems:
+        raise PublishError(f"{paths.display(run)} is not published (papers/ unchanged): {len(problems)} of its files "
+                           "do not match the sha256 recorded when their notebook ended:\n  - " + "\n  - ".join(problems))
 
     # read and check everything, build every table in memory
     changes: dict[str, bytes | Path | None] = {}
@@ -431,10 +438,14 @@ def _publish_locked(run: Path, paper: str | None) -> Published:
         for fname, src in new_results[paper].items():
             if not fname.endswith(".json"):
                 raise tables.ResultsFileError(f"{paths.display(src)}: results files are JSON (<claim-id>.<profile>.json)")
-            tables.read_entry(src, loaded[paper])  # raises naming the file
+            untraced = integrity.provenance_marks(tables.read_entry(src, loaded[paper]))  # raises naming the file
+            if untraced:
+                raise PublishError(f"{paths.display(src)} is not published (papers/ unchanged): "
+                                   + "; ".join(m.lstrip("⚠ ") for m in untraced))
         files.update(new_results[paper])
         results = tables.read_results(paper, files)
         info = tables.read_published(paper)
+        before = info
         mine = {n: status[n].get("status", "unknown") for n in status
                 if paper in _paper_of_notebook(n, every, owners) or n in writers[paper]}
         if mine:
@@ -455,14 +466,29 @@ def _publish_locked(run: Path, paper: str | None) -> Published:
             changes[f"{figure_folder}/{fname}"] = src
             out.figures.append(paths.published_figures_dir(paper, profile) / fname)
         notebooks = [n for n in out.completed if paper in _paper_of_notebook(n, every, owners) or n in writers[paper]]
-        for path in _stale_figures(paper, profile, new_figures[paper], notebooks):
+        stale = _stale_figures(paper, profile, new_figures[paper], notebooks)
+        for path in stale:
             changes[f"{figure_folder}/{path.name}"] = None
             out.removed.append(path)
+        if f"{paper}/results/{tables.PUBLISHED}" in changes:  # the sha256 of every published file
+            own = figure_folder[len(paper) + 1:]   # figures/ or figures/<profile>/, relative to papers/<paper>/
+            written = {f"results/{f}": _recorded(run, status, owner, src) for f, src in new_results[paper].items()}
+            written.update({f"{own}/{f}": _recorded(run, status, owner, src) for f, src in new_figures[paper].items()})
+            removed = [f"{own}/{path.name}" for path in stale]
+            info = {**info, integrity.KEY: integrity.published_listing(paper, before, written, removed)}
+            changes[f"{paper}/results/{tables.PUBLISHED}"] = _json_bytes(info)
         changes[f"{paper}/CLAIMS.md"] = tables.build_table(paper, results, info).encode("utf-8")
         changes[f"{paper}/figures/{board.FIGURE_NAME}"] = board.png_bytes(board.build(paper, results, info))
         out.tables.append(paths.papers_dir() / paper / "CLAIMS.md")
     switch(changes)
     return out
+
+
+def _recorded(run: Path, status: dict[str, dict], owner: dict[str, str], src: Path) -> str:
+    """The sha256 status.json recorded for the file ``src`` of ``run`` (checked by
+    :func:`compendium.integrity.run_file_problems` before anything is staged)."""
+    rel = src.relative_to(run).as_posix()
+    return status[owner[rel]][integrity.STATUS_KEY][rel]
 
 
 def _json_bytes(obj) -> bytes:

@@ -8,7 +8,7 @@ environment variable ``COMPENDIUM_RUN_DIR``; a kernel started any other way (Jup
         params.json              the run's parameters, notebooks (and paper, for a run of one paper's),
                                  git revision (+ diff fingerprint)
         status.json              per notebook: completed / failed / running / not run, seconds, error,
-                                 the files it wrote (what --publish copies)
+                                 the files it wrote (what --publish copies) with their sha256
         notebooks/<name>.ipynb   the executed notebooks
         results/<paper>/<claim-id>.<profile>.json   what compendium.claims.conclude recorded
         figures/<paper>/<name>.png|.csv             figures and the data behind them
@@ -150,7 +150,13 @@ def read_status(run: Path) -> dict[str, dict]:
 
 
 def set_status(run: Path, name: str, **entry: Any) -> None:
-    """Write (atomically) one notebook's entry of ``<run>/status.json``."""
+    """Write (atomically) one notebook's entry of ``<run>/status.json``; an entry naming the
+    ``files`` the notebook wrote records the sha256 of each (:mod:`compendium.integrity`: what
+    ``publish`` checks them against)."""
+    if entry.get("files") and "sha256" not in entry:
+        from compendium import integrity
+
+        entry["sha256"] = integrity.hash_files(run, entry["files"])
     status = read_json(Path(run) / "status.json")
     status.setdefault("notebooks", {})[name] = entry
     atomic.write_json(Path(run) / "status.json", status)

@@ -13,11 +13,12 @@ was not run in the last publish at their profile.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
-from compendium import atomic, judge, paths, profiles, provenance
+from compendium import atomic, integrity, judge, paths, profiles, provenance
 from compendium import claims as _claims
 
 PUBLISHED = "PUBLISHED.json"
@@ -40,7 +41,8 @@ def read_entry(path: Path, paper: _claims.Paper) -> dict:
     :data:`compendium.checks.NOT_JUDGED`)."""
     shown = paths.display(path)
     try:
-        entry = json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+        raw = Path(path).read_bytes()  # hashed as read: what PUBLISHED.json's sha256 is checked against
+        entry = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise ResultsFileError(f"{shown}: not valid JSON ({exc})") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -72,7 +74,11 @@ def read_entry(path: Path, paper: _claims.Paper) -> dict:
         derived = judge.derive(paper.claims[claim_id], entry)
     except judge.UnjudgeableResult as exc:
         raise ResultsFileError(f"{shown}: {exc}") from None
-    return {**entry, "judged": derived.status != _claims.NOT_JUDGED, "derived_status": derived.status,
+    contradicted = integrity.contradictions(paper.claims[claim_id], entry, [o.as_dict() for o in derived.conditions])
+    if contradicted:
+        raise ResultsFileError(f"{shown}: " + "; ".join(contradicted))
+    return {**entry, "file_name": Path(path).name, "file_sha256": hashlib.sha256(raw).hexdigest(),
+            "judged": derived.status != _claims.NOT_JUDGED, "derived_status": derived.status,
             "verdict": derived.text, "reason": derived.reason, "value": derived.value,
             "conditions": [o.as_dict() for o in derived.conditions],
             "preconditions": [o.as_dict() for o in derived.preconditions],
@@ -98,8 +104,15 @@ def read_results(paper: str, files: dict[str, Path] | None = None) -> dict[str, 
 
 
 def read_published(paper: str) -> dict:
+    """``papers/<paper>/results/PUBLISHED.json`` ({} for a paper nothing was published of); a
+    paper with results but no PUBLISHED.json is an error naming it (its results cannot be checked
+    against what was published, :mod:`compendium.integrity`)."""
     path = paths.results_dir(paper) / PUBLISHED
     if not path.exists():
+        if result_files(paper):
+            raise ResultsFileError(
+                f"{paths.display(path)} is missing, so the results beside it cannot be checked against what was "
+                f"published: restore it (`git checkout -- {paths.display(path)}`), or publish a complete main run")
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -134,11 +147,13 @@ def _cell(text: Any) -> str:
 
 def _marks(claim: _claims.Claim, profile: str | None, entry: dict | None, published: dict) -> list[str]:
     """What a reader must know about a row: its notebook failed, or was not run, in the last publish
-    at the row's profile (each profile has its own, :func:`last_publishes`)."""
+    at the row's profile (each profile has its own, :func:`last_publishes`); its file or its
+    provenance does not check out (:func:`compendium.integrity.result_marks`)."""
+    checked = integrity.result_marks(claim.key.split("/", 1)[0], entry, published) if entry else []
     name = claim.notebook
     if not name or not published:
-        return []
-    marks = []
+        return checked
+    marks = checked
     # the last publish at the row's profile (a row with no value: the most recent publish of any)
     last = last_publishes(published).get(profile, {}) if profile else latest_publish(published)
     info = (published.get("notebooks") or {}).get(profile or last.get("profile", ""), {}).get(name)
@@ -209,12 +224,13 @@ def table_rows(paper: str, results: dict[str, dict[str, dict]] | None = None,
     p = _claims.load_paper(paper)
     rec = read_results(paper) if results is None else results
     published = read_published(paper) if published is None else published
+    missing = integrity.missing_results(paper, rec, published)  # published results deleted: rows kept, marked
     rows = []
     for claim in p.claims.values():
         entries = rec.get(claim.id, {})
-        shown = [entries[k] for k in profiles.PROFILES if k in entries] or [None]
-        for entry in shown:
-            profile = entry["profile"] if entry else None
+        shown = [(k, entries.get(k)) for k in profiles.PROFILES
+                 if k in entries or (claim.id, k) in missing] or [(None, None)]
+        for profile, entry in shown:
             check = claim.check.describe() if claim.check else "— (no check)"
             if claim.check:
                 check += f" ({claim.check.registration()})"
@@ -229,9 +245,10 @@ def table_rows(paper: str, results: dict[str, dict[str, dict]] | None = None,
                 "paper": _claims._fmt(claim.paper_value, claim.unit)
                 + ("" if claim.source == "paper" else f" ({claim.source})"),
                 "ours": _ours(claim, entry),
-                "profile": "—" if entry is None else entry["profile"],
+                "profile": profile or "—",
                 "check": check,
-                "verdict": _verdict_cell(entry, _marks(claim, profile, entry, published)),
+                "verdict": "<br>".join(["**missing**", missing[(claim.id, profile)], *_marks(claim, profile, None, published)])
+                if (claim.id, profile) in missing else _verdict_cell(entry, _marks(claim, profile, entry, published)),
                 "notebook": claim.notebook or "not yet covered",
                 "revision": "—" if entry is None else provenance.short_revision(
                     (entry.get("provenance") or {}).get("git_revision")),
@@ -261,7 +278,11 @@ gives the earlier checks, with each verdict and the reason for the change).
 (an exact invariant over every case, a deterministic measurement): there are no units to
 resample. "(no interval)" alone marks a judged value with neither an interval nor such a reason.
 ⚠ marks a value whose notebook failed or was not run in the last publish at its profile: the value
-shown is from the earlier run named. The revision is the commit that produced the value; `+dirty` means
+shown is from the earlier run named. ⚠ also marks a result whose file does not match the sha256 that
+`results/PUBLISHED.json` lists for it (changed since published, not listed, or **missing**: listed but
+deleted), one published before hashes were recorded (not verifiable), and one whose git revision names
+no commit of the repository's history (or cannot be verified there) or is `+dirty` without its
+`diff_sha256`. The revision is the commit that produced the value; `+dirty` means
 the code had uncommitted changes (the result file keeps a `diff_sha256` of them)."""
 
 
@@ -269,6 +290,8 @@ def build_table(paper: str, results: dict[str, dict[str, dict]] | None = None,
                 published: dict | None = None) -> str:
     """Markdown claims table for ``paper`` (from the published results unless ``results`` given)."""
     p = _claims.load_paper(paper)
+    from_disk = results is None
+    results = read_results(paper) if from_disk else results  # a damaged results file is named first
     published = read_published(paper) if published is None else published
     rows = table_rows(paper, results, published)
     lasts = last_publishes(published)
@@ -283,6 +306,9 @@ def build_table(paper: str, results: dict[str, dict[str, dict]] | None = None,
         LEGEND,
         "",
     ]
+    figures = integrity.figure_problems(paper, published) if from_disk else []
+    if figures:  # checked on the published tree only (a publish checks the run's files itself)
+        lines += ["⚠ Figure files that do not match `results/PUBLISHED.json`: " + "; ".join(figures) + ".", ""]
     if lasts:
         lines += ["Last publish at each profile (a row's value and its ⚠ marks come from its own profile's):", ""]
         known = [k for k in profiles.PROFILES if k in lasts]

@@ -125,3 +125,18 @@ def tree_digest(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+
+def write_published(root: Path, paper: str = "demo", **extra) -> Path:
+    """A PUBLISHED.json for the results and figures now in ``papers/<paper>/`` of ``root``, listing
+    the sha256 of each (``"sha256"``: {path relative to papers/<paper>/: hex}) as a publish does,
+    for tests that place results by hand; ``extra``: more top-level fields. Returns its path."""
+    import json
+
+    base = root / "papers" / paper
+    listing = {p.relative_to(base).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+               for sub in ("results", "figures") for p in sorted((base / sub).rglob("*"))
+               if p.is_file() and p.name not in ("PUBLISHED.json", "verdict_board.png")}
+    path = base / "results" / "PUBLISHED.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"sha256": listing, **extra}, indent=2))
+    return path

@@ -10,6 +10,8 @@ import pytest
 
 from compendium import claims, judge, tables
 
+from ledger_demo import write_published
+
 GOOD = {"gain": 7.5, "ci_low": 0.4, "context_effect": 0.3}
 
 
@@ -21,6 +23,7 @@ def published(run_dir, demo_root):
     results.mkdir(parents=True)
     path = results / "gain.cpu.json"
     path.write_text((run_dir / "results" / "demo" / "gain.cpu.json").read_text())
+    write_published(demo_root)  # as a publish lists it (an edit below is then marked, not refused)
     return path
 
 
@@ -155,6 +158,7 @@ def sized(run_dir, demo_root):
     results = demo_root / "papers" / "demo" / "results"
     results.mkdir(parents=True)
     (results / "sized.cpu.json").write_text((run_dir / "results" / "demo" / "sized.cpu.json").read_text())
+    write_published(demo_root)
     return path
 
 
@@ -261,11 +265,13 @@ def test_an_interval_read_from_the_evidence_decides_the_row(run_dir, demo_root):
     results = demo_root / "papers" / "demo" / "results"
     results.mkdir(parents=True)
     (results / "ratio.cpu.json").write_text((run_dir / "results" / "demo" / "ratio.cpu.json").read_text())
+    write_published(demo_root)
     row = _row("ratio")
     assert "| 6 x (95% interval 3 to 9) |" in row
     assert "**inconclusive**: the interval of gap (-0.1 to 0.4) straddles 0" in row
     entry = json.loads((results / "ratio.cpu.json").read_text())
-    entry["evidence"]["spread"]["gap_hi"] = -0.05       # the whole interval below 0 now
+    entry["evidence"]["spread"]["gap_hi"] = -0.05       # the whole interval below 0 now,
+    entry["values"]["gap"] = -0.08                      # and the point inside it (test_integrity_provenance.py)
     (results / "ratio.cpu.json").write_text(json.dumps(entry))
     assert "**does not hold**" in _row("ratio")
     del entry["evidence"]["spread"]
@@ -349,6 +355,7 @@ def test_a_main_quantity_not_measured_shows_no_other_conditions_interval(run_dir
     results = demo_root / "papers" / "demo" / "results"
     results.mkdir(parents=True)
     (results / "ratio.cpu.json").write_text((run_dir / "results" / "demo" / "ratio.cpu.json").read_text())
+    write_published(demo_root)
     row = _row("ratio")
     assert "**inconclusive**" in row and "failed `min-units`" in row
     assert "| — (no interval) |" in row and "95% interval 0.1 to 0.4" not in row     # not the gap's interval

@@ -9,7 +9,7 @@ import pytest
 
 from compendium import claims, plotting, publish, runs, tables
 
-from ledger_demo import tree_digest
+from ledger_demo import tree_digest, write_published
 
 GOOD = {"gain": 7.5, "ci_low": 0.4, "context_effect": 0.3}
 
@@ -181,6 +181,7 @@ def test_a_result_judged_by_its_notebook_is_not_judged(demo_root):
     (results / "gain.cpu.json").write_text(json.dumps({
         "claim": "demo/gain", "profile": "cpu", "value": 3, "unit": "%", "check": True,
         "provenance": {"git_revision": "0123456789abcdef0123+dirty"}}))
+    write_published(demo_root)
     row = next(l for l in claims.build_table("demo").splitlines() if l.startswith("| gain "))
     assert "**not judged (recorded under an earlier check)**" in row and "**holds**" not in row
     assert "| 3 % |" in row and "| 0123456789+dirty |" in row
