@@ -172,6 +172,24 @@ def _verify_folder(folder: Path, man: dict, half: torch.nn.Module) -> None:
             raise checkpoint.CorruptCheckpointError(f"{weights}: tensor {key} did not load back as written")
 
 
+def _write_failure(err: BaseException) -> str | None:
+    """A failed write in words (a file-size limit, a full disk, ...), or None when ``err`` is no write
+    failure. safetensors reports the system's error in its message (``os error 27``)."""
+    import errno
+    import re
+
+    code = err.errno if isinstance(err, OSError) else None
+    if code is None and type(err).__name__ == "SafetensorError":
+        found = re.search(r"os error (\d+)", str(err))
+        code = int(found.group(1)) if found else None
+    if code is None:
+        return None
+    words = {errno.EFBIG: "the file-size limit was reached (ulimit -f)", errno.ENOSPC: "no space left on the device",
+             errno.EDQUOT: "the disk quota is exceeded", errno.EROFS: "the file system is read-only",
+             errno.EACCES: "permission denied"}
+    return words.get(code, os.strerror(code))
+
+
 def _publish(target: Path, half: torch.nn.Module, name: str, make_manifest, config: dict) -> dict:
     """Write weights, config.json and MANIFEST.json into a folder beside ``target``, verify, swap in.
 
@@ -188,16 +206,25 @@ def _publish(target: Path, half: torch.nn.Module, name: str, make_manifest, conf
     for stale in (tmp, old):
         if stale.exists():
             shutil.rmtree(stale)
+    writing = "model.safetensors"
     try:
         tmp.mkdir()
         weights = tmp / "model.safetensors"
-        save_model(half, str(weights), metadata={"format": "pt", "name": name})
-        man = make_manifest(_sha256(weights), weights.stat().st_size)
-        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True, default=str) + "\n")
-        (tmp / "MANIFEST.json").write_text(json.dumps(man, indent=2, sort_keys=True, default=str) + "\n")
-        for f in ("model.safetensors", "config.json", "MANIFEST.json"):
-            os.chmod(tmp / f, 0o644)
-            _fsync_path(tmp / f)
+        try:
+            save_model(half, str(weights), metadata={"format": "pt", "name": name})
+            man = make_manifest(_sha256(weights), weights.stat().st_size)
+            for writing, obj in (("config.json", config), ("MANIFEST.json", man)):
+                (tmp / writing).write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+            for writing in ("model.safetensors", "config.json", "MANIFEST.json"):
+                os.chmod(tmp / writing, 0o644)
+                _fsync_path(tmp / writing)
+        except Exception as err:  # OSError, or safetensors' SafetensorError naming the os error
+            why = _write_failure(err)
+            if why is None:
+                raise
+            raise checkpoint.CheckpointWriteError(
+                f"could not export {name}: writing {writing} stopped ({why}). {_shown(target)} is as it was "
+                "(the partial folder was removed); make room, then export again") from err
         _verify_folder(tmp, man, half)
         if target.exists():
             os.rename(target, old)
