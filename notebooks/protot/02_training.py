@@ -17,7 +17,12 @@
 # the authors' recipe at equal size and tokens (`models/<arch>-authors-small`: 6 layers x 256, 12.0 M
 # tokens of our corpus each): every model scores the same validation blocks (a sample stratified by
 # source: textbooks, Wikipedia, Brown, news and speeches), and ProtoT's mean next-token loss minus each
-# other model's is decided by its paired bootstrap interval over blocks. Beside it, not judged:
+# other model's is decided across training seeds: three seeds each of ProtoT and LLaMA, one of Mamba and of
+# DeltaNet (`seed_models_<arch>` of the protocol), each gap's interval from a two-level bootstrap over the
+# seed models and the blocks (with one seed each it is the paired bootstrap over blocks). DeltaNet is the
+# one with every RMSNorm at flash-linear-attention's `norm_eps = 1e-6`; the same DeltaNet with its norms
+# at the dtype's machine epsilon (as the authors' recipe sets for every backbone) is shown beside it as an
+# ablation, with its loss gap to LLaMA by position. Beside it, not judged:
 # perplexity per source, WikiText-2, how much each model uses its context (the loss on the second half
 # of a block when the first half is replaced, shuffled or removed), and ProtoT's prototype usage per
 # layer. A model of the protocol that is not committed, or not final yet, is not compared (its gap is
@@ -195,7 +200,7 @@ def _count(v):  # a sample size of the protocol; "all": every block
 
 
 cmp = split_eval.compare_committed(
-    RANK["models"], context=RANK["context"], blocks=_count(RANK["blocks"]), seed=RANK["seed"], n_boot=RANK["n_boot"],
+    RANK["models"] + RANK["ablations"], context=RANK["context"], blocks=_count(RANK["blocks"]), seed=RANK["seed"], n_boot=RANK["n_boot"],
     wiki_blocks=_count(RANK["wiki_blocks"]), context_blocks=_count(RANK["context_blocks"]),
     usage_blocks=_count(RANK["usage_blocks"]), device=nb.device)
 for name, man in cmp.manifests.items():
@@ -291,18 +296,51 @@ else:
     display(cmp.tables["usage"].round(3))
 
 # %% [markdown]
+# ### The other training seeds, on the same blocks
+# Each architecture's seed models (the protocol's `seed_models_<arch>`): the same recipe and budget, another
+# training seed (initialisation, dropout draws and data order). Each committed one scores the same blocks.
+
+# %%
+SEED_MODELS = {a: RANK[f"seed_models_{a}"] for a in split_eval.RANKED}
+seed_names = [n for names in SEED_MODELS.values() for n in names]
+seed_manifests, seed_nll = split_eval.score_committed(seed_names, cmp.ids, context=RANK["context"], device=nb.device,
+                                                      skip=cmp.nll)
+manifests = {**cmp.manifests, **seed_manifests}
+nll = {**cmp.nll, **seed_nll}
+for name in seed_names:
+    print(f"{name}: {pretrained.describe(name) if manifests[name] else 'not committed (not compared)'}")
+
+# %% [markdown]
+# ### The DeltaNet ablation: the output norm's epsilon
+# The DeltaNet of the ranking (every RMSNorm at `norm_eps = 1e-6`) and the ablation (machine epsilon) against
+# each other on the same blocks, and each one's loss minus LLaMA's by position of the predicted token.
+
+# %%
+fla, ablation = SEED_MODELS["deltanet"][0], RANK["ablations"][0]
+if fla in nll and ablation in nll:
+    display(split_eval.gaps(nll[ablation], nll[fla], cmp.groups, n_boot=RANK["n_boot"], seed=RANK["seed"])
+            .assign(model=ablation, against=fla).round(4))
+by_position = split_eval.position_gaps([fla, ablation], SEED_MODELS["llama"][0], cmp.ids, context=RANK["context"],
+                                       n_boot=RANK["n_boot"], seed=RANK["seed"], device=nb.device)
+display(by_position.round(4) if not by_position.empty else "no committed DeltaNet to compare")
+
+# %% [markdown]
 # ### The ranking's verdict
-# `measure_ranking` reads the gaps of the final models only: a model of the protocol not committed or not
-# final leaves its gap not measured, and precondition `models-final` then makes the verdict inconclusive.
+# `measure_ranking` reads the gaps of the final models only: a seed model of the protocol not committed or
+# not final leaves every gap it enters not measured, and precondition `models-final` then makes the verdict
+# inconclusive. Beside the verdict: every ProtoT seed model against every other seed model, and the spread
+# of those gaps per architecture.
 
 # %%
 m = split_eval.measure_ranking(
-    cmp.nll, cmp.manifests, cmp.groups, unigram, n_boot=RANK["n_boot"], seed=RANK["seed"],
+    nll, manifests, cmp.groups, unigram, seed_models=SEED_MODELS, n_boot=RANK["n_boot"], seed=RANK["seed"],
     tables={"ppl_per_source": ps, "validation_gaps": gp, "wikitext2": cmp.tables["wikitext2"], "context_use": cu,
-            "prototype_usage": cmp.tables["usage"]},
+            "prototype_usage": cmp.tables["usage"], "deltanet_position_gaps": by_position},
     evidence={"seconds per block": cmp.seconds_per_block},
-    config={"models": RANK["models"], "blocks": len(cmp.ids), "seed": RANK["seed"], "n_boot": RANK["n_boot"],
-            "device": nb.device})
+    config={"models": RANK["models"], "seed_models": SEED_MODELS, "ablations": RANK["ablations"],
+            "blocks": len(cmp.ids), "seed": RANK["seed"], "n_boot": RANK["n_boot"], "device": nb.device})
+for key in ("seed_pair_gaps", "seed_spread"):
+    display(m.tables[key].round(4) if not m.tables[key].empty else f"{key}: no pair of final seed models yet")
 assert m.claim == "protot/ppl-ranking"
 ranking_verdict = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 ranking_verdict

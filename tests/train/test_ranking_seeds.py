@@ -165,3 +165,52 @@ def test_the_registered_protocol_names_three_seeds_of_protot_and_llama():
         assert p["seed_models_deltanet"] == ["deltanet-fla-authors-small"]
         assert p["ablations"] == ["deltanet-authors-small"]
         assert [p[f"seed_models_{a}"][0] for a in se.RANKED] == p["models"]
+
+
+def _committed_bigrams(monkeypatch, context=16, n_blocks=6):
+    """Validation stream of n_blocks blocks of seeded tokens 0-2; committed: "half-x" (stays with 1/2, moves
+    with 1/4) and "flat-x" (uniform); "gone-x" is listed but not committed."""
+    from types import SimpleNamespace
+
+    from protot.train import packing, pretrained
+    from tests.train.split_eval_standins import HALF, _Bigram
+
+    rng = np.random.default_rng(5)
+    stream = rng.integers(0, 3, n_blocks * context + 1).astype(np.uint16)
+    monkeypatch.setattr(packing, "token_stream", lambda split, lang="en": stream)
+    models = {"half-x": _Bigram(HALF), "flat-x": _Bigram([[1 / 3] * 3] * 3)}
+    loaded = []
+    monkeypatch.setattr(pretrained, "available", lambda: sorted(models))
+    monkeypatch.setattr(pretrained, "manifest", lambda n: {"arch": "llama", "status": "final", "name": n})
+    monkeypatch.setattr(pretrained, "load",
+                        lambda n, device="cpu": loaded.append(n) or SimpleNamespace(model=models[n]))
+    return stream, loaded
+
+
+def test_score_committed_scores_the_committed_ones_not_already_scored(monkeypatch):
+    from tests.train.split_eval_standins import HALF, _bigram_nll
+
+    stream, loaded = _committed_bigrams(monkeypatch)
+    mans, nll = se.score_committed(["half-x", "gone-x", "flat-x"], [0, 2, 5], context=16, skip={"flat-x": None})
+    assert mans["gone-x"] is None and mans["half-x"]["name"] == "half-x" and list(nll) == ["half-x"]
+    assert loaded == ["half-x"]
+    want = [_bigram_nll(HALF, stream[b * 16:(b + 1) * 16]) for b in (0, 2, 5)]
+    assert nll["half-x"] == pytest.approx(want, rel=1e-6)
+
+
+def test_position_gaps_by_hand(monkeypatch):
+    stream, _ = _committed_bigrams(monkeypatch)
+    ids = np.arange(6)
+    t = se.position_gaps(["half-x", "gone-x"], "flat-x", ids, context=16, n_boot=200)
+    assert list(zip(t["first"], t["last"])) == [(1, 1), (2, 3), (4, 7), (8, 15)]
+    assert set(t.model) == {"half-x"} and (t.against == "flat-x").all() and (t.blocks == 6).all()
+    blocks = np.stack([stream[b * 16:(b + 1) * 16].astype(int) for b in ids])
+    per_token = np.where(blocks[:, :-1] == blocks[:, 1:], np.log(2), 2 * np.log(2)) - np.log(3)   # (6, 15)
+    for row in t.itertuples():
+        gap = per_token[:, row.first - 1:row.last].mean(1)
+        # float32 log-probabilities: each per-token loss is exact to about 1e-7 nats
+        assert row.gap_nats == pytest.approx(gap.mean(), abs=1e-6)
+        assert (row.gap_low, row.gap_high) == pytest.approx(stats.paired_bootstrap_ci(gap, np.zeros(6), n_boot=200),
+                                                            abs=1e-6)
+    with pytest.raises(ValueError, match="'gone-x' is not committed"):
+        se.position_gaps(["half-x"], "gone-x", ids, context=16)

@@ -20,10 +20,12 @@ so a perplexity over "the first 512 blocks" describes one source. Here:
                                       below a mass share of ``dead_share`` (dead)
     compare_committed(names)          all of the above for committed models on the same blocks (a model
                                       not committed is kept in the list and skipped)
+    score_committed(names, ids)       manifests and block NLLs of more committed models (e.g. other seeds)
+    position_gaps(names, against, ids)  each model's loss minus another's per position bin, with intervals
     measure_ranking(nll, manifests)   claim protot/ppl-ranking: ProtoT's mean NLL gap to LLaMA, Mamba and
-                                      DeltaNet over the same blocks with paired intervals, from final
-                                      committed models at equal size and tokens (a gap to a model missing
-                                      or not final: None, not measured)
+                                      DeltaNet over the same blocks, from final committed models at equal
+                                      size and tokens, with intervals over blocks, or with seed_models over
+                                      seed models and blocks (a gap to a model missing or not final: None)
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ from protot.train import tokenizer as tk
 
 __all__ = ["SOURCE_GROUPS", "source_group", "block_sources", "stratified_blocks", "block_nll", "per_source",
            "gaps", "first_half_costs", "usage", "RANKED", "status_of", "Committed", "compare_committed",
-           "measure_ranking"]
+           "score_committed", "position_gaps", "measure_ranking"]
 
 #: source field of a corpus document -> the group evaluations report it under
 SOURCE_GROUPS = {"openstax": "textbooks", "wikipedia-vital-l4-summary": "wikipedia", "brown": "brown",
@@ -303,6 +305,67 @@ def compare_committed(names: list[str], *, context: int = 256, blocks: int | Non
         tables["wikitext2_gaps"].append(w.assign(source="wikitext2", **pair))
     out = {k: pd.concat(v, ignore_index=True) if v else pd.DataFrame() for k, v in tables.items()}
     return Committed(manifests, ids, groups[ids], nll, out, secs)
+
+
+def score_committed(names: list[str], ids, *, context: int = 256, device: str | torch.device = "cpu",
+                    skip: dict | None = None) -> tuple[dict[str, dict | None], dict[str, np.ndarray]]:
+    """The manifests of ``names`` (None: not committed) and, for each committed one not in ``skip``
+    (names already scored), the mean NLL of every validation block of ``ids`` (:func:`block_nll`)."""
+    from protot.train import pretrained
+
+    have = set(pretrained.available())
+    manifests = {n: pretrained.manifest(n) if n in have else None for n in names}
+    stream = packing.token_stream("validation")
+    nll = {n: block_nll(pretrained.load(n, device=device).model, stream, ids, context)
+           for n, m in manifests.items() if m is not None and n not in (skip or {})}
+    return manifests, nll
+
+
+#: positions (1-based, of the predicted token's context length) binned by powers of two: 1, 2-3, 4-7, ...
+def _position_bins(n_pred: int) -> list[tuple[int, int]]:
+    bins, lo = [], 1
+    while lo <= n_pred:
+        bins.append((lo, min(2 * lo - 1, n_pred)))
+        lo *= 2
+    return bins
+
+
+@torch.no_grad()
+def position_gaps(names: list[str], against: str, ids, *, context: int = 256, n_boot: int = 2000, seed: int = 0,
+                  device: str | torch.device = "cpu", batch_size: int = 16) -> pd.DataFrame:
+    """Per committed model of ``names``: its loss minus ``against``'s at each position bin (the predicted
+    token's position 1, 2-3, 4-7, ..., context - 1), over the validation blocks ``ids``, with a paired
+    bootstrap 95% interval over blocks. A model not committed is left out; ``against`` must be committed."""
+    from protot.train import pretrained
+
+    have = set(pretrained.available())
+    if against not in have:
+        raise ValueError(f"position_gaps: the reference model {against!r} is not committed")
+    stream = packing.token_stream("validation")
+    ids = np.asarray(ids)
+    bins = _position_bins(context - 1)
+
+    def binned(name):                                   # (blocks, bins) mean NLL of each block in each bin
+        m = pretrained.load(name, device=device).model.eval()
+        out = []
+        for start in range(0, len(ids), batch_size):
+            x = packing.gather(stream, ids[start:start + batch_size], context).to(device)
+            logits = m(input_ids=x, use_cache=False).logits.float()
+            nll = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1),
+                                  reduction="none").view(x.shape[0], -1).double()
+            out.append(torch.stack([nll[:, lo - 1:hi].mean(1) for lo, hi in bins], 1).cpu().numpy())
+        return np.concatenate(out)
+
+    ref = binned(against)
+    rows = []
+    for name in (n for n in names if n in have and n != against):
+        mine = binned(name)
+        for k, (lo, hi) in enumerate(bins):
+            a, b = mine[:, k], ref[:, k]
+            low, high = stats.paired_bootstrap_ci(a, b, n_boot=n_boot, seed=seed)
+            rows.append({"model": name, "against": against, "first": lo, "last": hi, "blocks": len(ids),
+                         "gap_nats": float((a - b).mean()), "gap_low": low, "gap_high": high})
+    return pd.DataFrame(rows)
 
 
 def _seed_members(manifests: dict[str, dict | None], seed_models: dict | None) -> dict[str, list[str]]:
