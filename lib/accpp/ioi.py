@@ -155,8 +155,12 @@ def measure_ioi_roles(role_sets: list[dict], null_expected: list[float], role_ta
     """Claim accpp/ioi-circuit-roles from per-prompt role sets (:func:`accpp.roles.circuit_roles`).
 
     ``null_expected``: per traced prompt, in the same order, the expected number of roles of its
-    size-matched null (:func:`size_matched_null`'s ``expected``). ``n_roles`` counts the roles present
-    in the union over prompts; ``size_matched_role_excess`` is the mean over prompts of (roles in the
+    size-matched null (:func:`size_matched_null`'s ``expected``). ``all_roles_share`` is the fraction
+    of traced circuits that contain every role class of :data:`accpp.roles.ROLES`, with its
+    Clopper-Pearson 95% interval over the traced prompts (``all_roles_share_ci_low``/``_high``; each
+    circuit one trial); ``n_roles`` (evidence, no longer judged) counts the roles present in the
+    union over prompts, which reaches every role as prompts are added whatever each circuit holds;
+    ``size_matched_role_excess`` is the mean over prompts of (roles in the
     prompt's circuit - its null's expected roles), with a percentile-bootstrap interval over prompts
     (the pairs resampled together). ``name_pair_sets`` (optional evidence, the earlier null): the rule on
     circuits of the first prompts traced for a random name pair. Only the roles of
@@ -166,7 +170,7 @@ def measure_ioi_roles(role_sets: list[dict], null_expected: list[float], role_ta
 
     from accpp.roles import merge_roles
     from compendium.claims import Measurement
-    from compendium.stats import paired_bootstrap_ci
+    from compendium.stats import binomial_ci, paired_bootstrap_ci
 
     name_pair_sets = list(name_pair_sets or [])
     if not role_sets:
@@ -183,6 +187,8 @@ def measure_ioi_roles(role_sets: list[dict], null_expected: list[float], role_ta
                          "traced prompts; the i-th null is the i-th traced prompt's")
     merged = merge_roles(role_sets)
     per_prompt = [_n_roles(rs) for rs in role_sets]
+    n_full = sum(n == len(ROLES) for n in per_prompt)
+    full_lo, full_hi = binomial_ci(n_full, len(per_prompt))
     null = [float(e) for e in null_expected]
     excess = [a - b for a, b in zip(per_prompt, null)]
     lo, hi = paired_bootstrap_ci(per_prompt, null)
@@ -204,10 +210,13 @@ def measure_ioi_roles(role_sets: list[dict], null_expected: list[float], role_ta
     return Measurement(
         claim="accpp/ioi-circuit-roles",
         values=dict(n_roles=_n_roles(merged), ioi_accuracy=float(accuracy),
+                    all_roles_share=n_full / len(per_prompt), all_roles_share_ci_low=full_lo,
+                    all_roles_share_ci_high=full_hi, n_circuits_with_all_roles=n_full,
                     size_matched_role_excess=float(sum(excess) / len(excess)),
                     size_matched_role_excess_ci_low=lo, size_matched_role_excess_ci_high=hi,
                     n_null_prompts=len(null)),
         evidence=evidence, tables={"01_ioi_roles": role_table},
         config=dict(config or {}) | dict(n_null=len(name_pair_sets), n_size_matched=len(null)),
-        note=f"union over {len(role_sets)} prompts of {model}; per prompt {sum(per_prompt) / len(per_prompt):.2f} "
+        note=f"{n_full} of {len(role_sets)} traced circuits of {model} hold all {len(ROLES)} role classes; per prompt "
+             f"{sum(per_prompt) / len(per_prompt):.2f} "
              f"roles against {sum(null) / len(null):.2f} expected in random firing sets of the same size per layer{note}")

@@ -323,6 +323,28 @@ def margin_interval(per_unit: pd.DataFrame, first: str, others: list[str], n_boo
     return float(np.quantile(margins, a)), float(np.quantile(margins, 1 - a))
 
 
+def excess_margin_interval(per_unit: pd.DataFrame, first: str, others: list[str], nulls: dict[str, str],
+                           n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the null-corrected margin [D(first) - D(its null)] - max over
+    ``others`` of [D(other) - D(its null)] (``nulls``: {kind: its null's kind}, one for ``first`` and
+    each of ``others``): every kind's scored units, trained and null, resampled on their own."""
+    rng = np.random.default_rng(seed)
+    kinds = (first, *others)
+    missing = [k for k in kinds if k not in nulls]
+    if missing:
+        raise ValueError(f"no null named for kind(s) {missing} (nulls: {nulls})")
+    draws = {}
+    for kind in dict.fromkeys([*kinds, *(nulls[k] for k in kinds)]):
+        d = per_unit.loc[per_unit["kind"] == kind, "disentanglement"].dropna().to_numpy(dtype=np.float64)
+        if len(d) == 0:
+            raise ValueError(f"no scored units of kind {kind!r} for the margin's interval")
+        draws[kind] = d[rng.integers(0, len(d), size=(n_boot, len(d)))].mean(1)
+    excess = {k: draws[k] - draws[nulls[k]] for k in kinds}
+    margins = excess[first] - np.max(np.stack([excess[k] for k in others]), axis=0)
+    a = (1 - level) / 2
+    return float(np.quantile(margins, a)), float(np.quantile(margins, 1 - a))
+
+
 def measure(table: pd.DataFrame, *, prototypes: str, heads: str, sae: str, nulls: dict[str, str],
             sae_explained_variance: float, n_classes: int, per_unit: pd.DataFrame, config: dict | None = None,
             tables: dict | None = None, seed: int = 0):
@@ -332,7 +354,14 @@ def measure(table: pd.DataFrame, *, prototypes: str, heads: str, sae: str, nulls
     D(SAE)), with its interval from :func:`margin_interval` over ``per_unit`` (one row per unit: kind,
     disentanglement); coverage_margin likewise on the matched-size coverage; null_gap_min = the
     smallest D(kind) - D(its null) over ``nulls``; n_prototypes_scored = the scored prototypes (the units
-    that make most of the interval's width, min_units' count)."""
+    that make most of the interval's width, min_units' count).
+
+    The check reads the null-corrected margins: each kind's score minus its own null's (what its units
+    learned beyond what their encoding gives untrained: a random dictionary with the SAE's top-k
+    encoding already scores high on both metrics), the prototypes' excess minus the larger of the
+    heads' and the SAE features' excess. disentanglement_excess_margin, with its interval from
+    :func:`excess_margin_interval`; coverage_excess_margin on the matched-size coverage. The raw
+    margins stay in the values, not judged."""
     from compendium import claims
 
     t = table.set_index("kind")
@@ -344,6 +373,11 @@ def measure(table: pd.DataFrame, *, prototypes: str, heads: str, sae: str, nulls
     c = t[cov_col]
     gaps = {k: float(d[k] - d[n]) for k, n in nulls.items()}
     lo, hi = margin_interval(per_unit, prototypes, [heads, sae], seed=seed)
+    missing = [k for k in (prototypes, heads, sae) if k not in nulls]
+    if missing:
+        raise ValueError(f"no null named for kind(s) {missing}: the check compares each kind's score above its null")
+    cov_gaps = {k: float(c[k] - c[nulls[k]]) for k in (prototypes, heads, sae)}
+    x_lo, x_hi = excess_margin_interval(per_unit, prototypes, [heads, sae], nulls, seed=seed)
     values = {"disentanglement_margin": float(d[prototypes] - max(d[heads], d[sae])),
               "disentanglement_margin_ci_low": lo, "disentanglement_margin_ci_high": hi,
               "coverage_margin": float(c[prototypes] - max(c[heads], c[sae])),
@@ -351,8 +385,12 @@ def measure(table: pd.DataFrame, *, prototypes: str, heads: str, sae: str, nulls
               "n_classes": int(n_classes), "n_prototypes_scored": int(t.loc[prototypes, "scored"]),
               "d_prototypes": float(d[prototypes]), "d_heads": float(d[heads]), "d_sae": float(d[sae]),
               "coverage_prototypes": float(c[prototypes]), "coverage_heads": float(c[heads]),
-              "coverage_sae": float(c[sae])}
-    evidence = {"null_gaps": gaps, "matched_units": int(cov_col.removeprefix("coverage_at_")),
+              "coverage_sae": float(c[sae]),
+              "disentanglement_excess_margin": float(gaps[prototypes] - max(gaps[heads], gaps[sae])),
+              "disentanglement_excess_margin_ci_low": x_lo, "disentanglement_excess_margin_ci_high": x_hi,
+              "coverage_excess_margin": float(cov_gaps[prototypes] - max(cov_gaps[heads], cov_gaps[sae]))}
+    evidence = {"null_gaps": gaps, "coverage_null_gaps": cov_gaps,
+                "matched_units": int(cov_col.removeprefix("coverage_at_")),
                 "rows": table.round(4).to_dict(orient="records")}
     return claims.Measurement(claim="protot/disentanglement-coverage", values=values, evidence=evidence,
                               tables=dict(tables or {}, disentanglement_coverage=table), config=dict(config or {}))

@@ -183,7 +183,8 @@ pd.concat(perm, names=["level", "term"]).round(4)
 # %% [markdown]
 # ## 6. The claim's check
 # The pre-registered check (papers/accpp/claims.yaml) reads the PERMANOVA's template term on the
-# component distances: p <= 0.05 and R2 > 0. The p is a Monte-Carlo estimate from `N_PERM`
+# component distances: p <= 0.05 (its R2 is recorded beside it, not judged: a ratio of sums of squares,
+# above 0 on any data). The p is a Monte-Carlo estimate from `N_PERM`
 # permutations, (1 + count) / (N_PERM + 1) with count the permutations whose F reaches the observed
 # one; it is decided by its 95% Monte-Carlo interval (Clopper-Pearson of count over N_PERM), so it
 # holds only if the whole interval is at most 0.05. The labelling (template or order) whose k-cut

@@ -107,12 +107,43 @@ def test_results_without_a_hash_are_matched_by_the_check_they_recorded(published
     assert "**not judged (recorded under an earlier check)**" in _row()
 
 
-def test_how_a_check_is_judged_is_not_part_of_its_hash(demo_root):
+def test_how_a_check_is_judged_is_part_of_its_hash(published, demo_root):
+    """The whole check is hashed: an interval rule, a point reason or min_units added after a
+    result makes that result one of an earlier check (it is not judged by a rule it was not
+    measured for)."""
     base = claims.get_claim("demo/gain")
     path = demo_root / "papers" / "demo" / "claims.yaml"
-    path.write_text(path.read_text().replace('registered: "abc1234"', 'registered: "def5678"\n      interval: [lo, hi]'))
-    changed = claims.get_claim("demo/gain")
-    assert changed.check.interval == ("lo", "hi") and judge.check_sha256(changed) == judge.check_sha256(base)
+    text = path.read_text()
+    for edit in ('registered: "def5678"\n      interval: [lo, hi]', 'registered: "def5678"\n      point: exact'):
+        path.write_text(text.replace('registered: "abc1234"', edit))
+        changed = claims.get_claim("demo/gain")
+        assert judge.check_sha256(changed, "cpu") != judge.check_sha256(base, "cpu")
+        assert "**not judged (recorded under an earlier check)**" in _row()
+    path.write_text(text.replace("    history:\n", "    min_units: {quantity: gain, at_least: 2, units: prompts}\n    history:\n", 1))
+    assert claims.get_claim("demo/gain").min_units is not None
+    assert "**not judged (recorded under an earlier check)**" in _row()
+    path.write_text(text)
+    assert "**holds**" in _row()
+
+
+def test_a_result_of_scheme_1_is_read_by_the_check_it_recorded(published):
+    """Results recorded before the whole check was hashed (no check_hash_scheme) state a scheme-1
+    hash: the check they list is trusted only where that hash matches it, and is then hashed as a
+    whole with the protocol they ran."""
+    entry = json.loads(published.read_text())
+    assert entry["check_hash_scheme"] == judge.CHECK_HASH_SCHEME
+    del entry["check_hash_scheme"]
+    parts = judge._recorded_parts(entry)
+    entry["check_sha256"] = judge._scheme1_sha256(*parts)
+    published.write_text(json.dumps(entry))
+    assert judge.recorded_check_sha256(entry) == judge.check_sha256(claims.get_claim("demo/gain"), "cpu")
+    assert "**holds**" in _row()
+    entry["registered_check"]["interval"] = ["ci_low", "gain"]   # lists another check than its hash says
+    published.write_text(json.dumps(entry))
+    assert "**not judged (recorded under an earlier check)**" in _row()
+    entry["check_sha256"] = judge._scheme1_sha256(*judge._recorded_parts(entry))   # consistent, but another rule
+    published.write_text(json.dumps(entry))
+    assert "**not judged (recorded under an earlier check)**" in _row()
 
 
 def test_the_published_results_are_judged_by_the_registered_checks():
@@ -240,20 +271,33 @@ def test_recorded_check_hashes():
                          preconditions=(claims.Condition("n", ">=", 3, id="n-min", statement="s"),))
     pre = [{"id": "n-min", "statement": "s", "quantity": "n", "op": ">=", "threshold": 3, "value": 4, "passed": True}]
     rc = claim.check.as_dict()
-    assert judge.recorded_check_sha256({"registered_check": rc, "preconditions": pre}) == judge.check_sha256(claim)
-    assert judge.recorded_check_sha256({"registered_check": {**rc, "all_of": []}, "preconditions": pre}) != judge.check_sha256(claim)
+    h = judge.check_sha256
+    assert judge.recorded_check_sha256({"registered_check": rc, "preconditions": pre}) == h(claim, "cpu")
+    assert judge.recorded_check_sha256({"registered_check": {**rc, "all_of": []}, "preconditions": pre}) != h(claim, "cpu")
     no_all_of = {k: v for k, v in rc.items() if k != "all_of"}
     lone = claims.Claim("demo", "x", "s", "w", None, "", "paper", None, check=claims.Check("q", ">", 1),
                         preconditions=claim.preconditions)
-    assert judge.recorded_check_sha256({"registered_check": no_all_of, "preconditions": pre}) == judge.check_sha256(lone)
+    assert judge.recorded_check_sha256({"registered_check": no_all_of, "preconditions": pre}) == h(lone, "cpu")
     plain = claims.Claim("demo", "x", "s", "w", None, "", "paper", None, preconditions=claim.preconditions)
-    assert judge.recorded_check_sha256({"registered_check": None, "preconditions": pre}) == judge.check_sha256(plain)
-    assert judge.check_sha256(plain) != judge.check_sha256(claims.Claim("demo", "x", "s", "w", None, "", "paper", None))
+    assert judge.recorded_check_sha256({"registered_check": None, "preconditions": pre}) == h(plain, "cpu")
+    assert h(plain, "cpu") != h(claims.Claim("demo", "x", "s", "w", None, "", "paper", None), "cpu")
     assert judge.recorded_check_sha256({"registered_check": rc}) is None            # no preconditions recorded
     assert judge.recorded_check_sha256({"preconditions": pre}) is None               # no check recorded
-    assert judge.recorded_check_sha256({"check_sha256": "ab", "registered_check": rc, "preconditions": pre}) == "ab"
+    stated = {"check_sha256": "ab", "check_hash_scheme": judge.CHECK_HASH_SCHEME, "registered_check": rc, "preconditions": pre}
+    assert judge.recorded_check_sha256(stated) == "ab"
+    assert judge.recorded_check_sha256({**stated, "check_hash_scheme": None}) == "ab"   # a scheme-1 hash its check does not give
     mo = claims.Claim("demo", "x", "s", "w", None, "", "paper", None, check=claims.Check("q", ">", 1, measured_only_at=("cpu",)))
-    assert judge.check_sha256(mo) != judge.check_sha256(lone.__class__(**{**lone.__dict__, "preconditions": ()}))
+    assert h(mo, "cpu") != h(lone.__class__(**{**lone.__dict__, "preconditions": ()}), "cpu")
+    # the protocol at the profile is part of it: the all block and the profile's own, not another's
+    sized = claims.Claim("demo", "x", "s", "w", None, "", "paper", None, check=claims.Check("q", ">", 1),
+                         protocol={"all": {"a": 1}, "cpu": {"n": 8}, "paper": {"n": 64}})
+    other = claims.Claim(**{**sized.__dict__, "protocol": {"all": {"a": 1}, "cpu": {"n": 8}, "paper": {"n": 128}}})
+    assert h(sized, "cpu") == h(other, "cpu") and h(sized, "paper") != h(other, "paper") and h(sized, "cpu") != h(sized, "paper")
+    moved = claims.Claim(**{**sized.__dict__, "protocol": {"all": {"a": 2}, "cpu": {"n": 8}, "paper": {"n": 64}}})
+    assert h(moved, "cpu") != h(sized, "cpu") and h(moved, "paper") != h(sized, "paper")
+    entry = {"registered_check": sized.check.as_dict(), "preconditions": [], "protocol": sized.protocol_for("cpu")}
+    assert judge.recorded_check_sha256(entry) == h(sized, "cpu")
+    assert judge.recorded_check_sha256(entry, protocol=moved.protocol_for("cpu")) == h(moved, "cpu")
 
 
 def test_an_interval_read_from_the_evidence_decides_the_row(run_dir, demo_root):
@@ -285,19 +329,32 @@ def test_the_hash_of_a_claim_as_written_equals_the_hash_of_the_loaded_claim(demo
 
     raw = yaml.safe_load((demo_root / "papers" / "demo" / "claims.yaml").read_text())["claims"]
     for item in raw:
-        assert judge.raw_check_sha256(item) == judge.check_sha256(claims.get_claim(f"demo/{item['id']}")), item["id"]
+        for profile in ("cpu", "paper"):
+            assert judge.raw_check_sha256(item, profile) == judge.check_sha256(claims.get_claim(f"demo/{item['id']}"), profile), item["id"]
     gain = next(i for i in raw if i["id"] == "gain")
+
+    def raw(item):
+        return judge.raw_check_sha256(item, "cpu")
+
     for change in ({"threshold": 6.0}, {"op": ">"}, {"quantity": "g"}, {"measured_only_at": []},
-                   {"all_of": []}, {"all_of": [{"quantity": "ci_low", "op": ">", "threshold": 0.1}]}):
-        assert judge.raw_check_sha256({**gain, "check": {**gain["check"], **change}}) != judge.raw_check_sha256(gain)
-    for change in ({"registered": "def5678"}, {"assert_at": []}, {"interval": ["a", "b"]}):
-        assert judge.raw_check_sha256({**gain, "check": {**gain["check"], **change}}) == judge.raw_check_sha256(gain)
+                   {"all_of": []}, {"all_of": [{"quantity": "ci_low", "op": ">", "threshold": 0.1}]},
+                   {"interval": ["a", "b"]}, {"point": "exact"},
+                   {"all_of": [{**gain["check"]["all_of"][0], "interval": ["a", "b"]}]}):
+        assert raw({**gain, "check": {**gain["check"], **change}}) != raw(gain), change
+    for change in ({"registered": "def5678"}, {"registered_after": "a first measurement"}, {"assert_at": []},
+                   {"expect": "does not hold"}):
+        assert raw({**gain, "check": {**gain["check"], **change}}) == raw(gain), change
     moved = {**gain, "preconditions": [{**gain["preconditions"][0], "threshold": 0.2}]}
-    assert judge.raw_check_sha256(moved) != judge.raw_check_sha256(gain)
+    assert raw(moved) != raw(gain)
     renamed = {**gain, "preconditions": [{**gain["preconditions"][0], "id": "other"}]}
-    assert judge.raw_check_sha256(renamed) != judge.raw_check_sha256(gain)
-    assert judge.raw_check_sha256({**gain, "check": None}) == judge.check_sha256(
-        claims.Claim("demo", "gain", "s", "w", None, "", "paper", None, preconditions=claims.get_claim("demo/gain").preconditions))
+    assert raw(renamed) != raw(gain)
+    reworded = {**gain, "preconditions": [{**gain["preconditions"][0], "statement": "other words"}]}
+    assert raw(reworded) == raw(gain)
+    units = {**gain, "min_units": {"quantity": "n", "at_least": 3, "units": "prompts"}}
+    assert raw(units) != raw(gain) and raw({**units, "min_units": {**units["min_units"], "at_least": 4}}) != raw(units)
+    assert raw({**units, "min_units": {**units["min_units"], "why": "a reason", "units": "items"}}) == raw(units)
+    assert raw({**gain, "check": None}) == judge.check_sha256(
+        claims.Claim("demo", "gain", "s", "w", None, "", "paper", None, preconditions=claims.get_claim("demo/gain").preconditions), "cpu")
 
 
 def test_a_result_lacking_a_quantity_of_the_check_is_not_judged(published):
@@ -332,16 +389,20 @@ def test_a_protocol_line_dated_the_day_of_the_result_counts(sized):
            "says what changed); re-run the notebook to judge it." in row and "| 3 x |" in row
 
 
-def test_a_registered_point_reason_is_shown_in_place_of_no_interval(published, demo_root):
+def test_a_registered_point_reason_is_shown_in_place_of_no_interval(published, demo_root, run_dir):
     path = demo_root / "papers" / "demo" / "claims.yaml"
     text = path.read_text()
     marked = text.replace("threshold: 5.0\n", "threshold: 5.0\n      point: exact over every case\n", 1)
     assert marked != text
     path.write_text(marked)
+    # the reason is part of the whole check: a result recorded without it is of an earlier check
+    assert judge.check_sha256(claims.load_paper("demo").claims["gain"], "cpu") != json.loads(published.read_text())["check_sha256"]
+    assert "**not judged (recorded under an earlier check)**" in _row()
+    claims.conclude(claims.Measurement("demo/gain", dict(GOOD)), profile="cpu", seed=0)    # measured with it
+    published.write_text((run_dir / "results" / "demo" / "gain.cpu.json").read_text())
+    write_published(demo_root)
     row = _row()
     assert "**holds**" in row and "| 7.5 % (no interval: exact over every case) |" in row
-    # the reason is how the check is judged, not what it tests: the result stays judged
-    assert judge.check_sha256(claims.load_paper("demo").claims["gain"]) == json.loads(published.read_text())["check_sha256"]
 
 
 def test_a_main_quantity_not_measured_shows_no_other_conditions_interval(run_dir, demo_root):

@@ -169,6 +169,25 @@ def test_the_margin_interval_resamples_each_kind_on_its_own():
         D.margin_interval(per_unit, "p", ["x"])
 
 
+def test_the_excess_margin_interval_resamples_every_kind_and_null_on_its_own():
+    import numpy as np
+    import pandas as pd
+
+    from protot import disentangle as D
+
+    tiny = pd.DataFrame({"kind": ["p", "p", "p0", "h", "h0", "h0"], "disentanglement": [0.2, 0.4, 0.1, 0.3, 0.05, 0.15]})
+    rng = np.random.default_rng(5)
+    draw = {k: np.array(v)[rng.integers(0, len(v), size=(300, len(v)))].mean(1)
+            for k, v in {"p": [0.2, 0.4], "h": [0.3], "p0": [0.1], "h0": [0.05, 0.15]}.items()}
+    m = (draw["p"] - draw["p0"]) - (draw["h"] - draw["h0"])
+    got = D.excess_margin_interval(tiny, "p", ["h"], {"p": "p0", "h": "h0"}, n_boot=300, seed=5)
+    assert got == (np.quantile(m, 0.025), np.quantile(m, 0.975))
+    with pytest.raises(ValueError, match=r"no null named for kind\(s\) \['h'\]"):
+        D.excess_margin_interval(tiny, "p", ["h"], {"p": "p0"})
+    with pytest.raises(ValueError, match="no scored units of kind 'x0'"):
+        D.excess_margin_interval(tiny, "p", ["h"], {"p": "p0", "h": "x0"})
+
+
 def test_measure_reads_the_table_and_counts_the_scored_prototypes():
     import numpy as np
     import pandas as pd
@@ -181,9 +200,10 @@ def test_measure_reads_the_table_and_counts_the_scored_prototypes():
                           "disentanglement": [0.5, 0.2, 0.4, 0.3, 0.1, 0.35],
                           "coverage_at_4": [0.6, 0.1, 0.5, 0.4, 0.0, 0.45]})
     rng = np.random.default_rng(0)
-    per_unit = pd.DataFrame({"kind": ["p"] * 8 + ["h"] * 4 + ["s"] * 11,
-                             "disentanglement": np.r_[rng.normal(0.5, 0.05, 8), rng.normal(0.2, 0.05, 4),
-                                                      rng.normal(0.4, 0.05, 11)]})
+    per_unit = pd.DataFrame({"kind": ["p"] * 8 + ["h"] * 4 + ["s"] * 11 + ["p0"] * 9 + ["h0"] * 4 + ["s0"] * 12,
+                             "disentanglement": np.r_[rng.normal(0.5, 0.02, 8), rng.normal(0.2, 0.02, 4),
+                                                      rng.normal(0.4, 0.02, 11), rng.normal(0.3, 0.02, 9),
+                                                      rng.normal(0.1, 0.02, 4), rng.normal(0.35, 0.02, 12)]})
     m = D.measure(table, prototypes="p", heads="h", sae="s", nulls={"p": "p0", "h": "h0", "s": "s0"},
                   sae_explained_variance=0.8, n_classes=150, per_unit=per_unit, seed=2)
     v = m.values
@@ -191,6 +211,15 @@ def test_measure_reads_the_table_and_counts_the_scored_prototypes():
     assert v["null_gap_min"] == pytest.approx(0.05) and v["n_prototypes_scored"] == 8 and v["n_classes"] == 150
     assert (v["disentanglement_margin_ci_low"], v["disentanglement_margin_ci_high"]) == \
         D.margin_interval(per_unit, "p", ["h", "s"], seed=2)
+    # the check's margins: each kind above its null (p +0.2, h +0.1, s +0.05; coverage +0.2, +0.1, +0.05)
+    assert v["disentanglement_excess_margin"] == pytest.approx(0.2 - 0.1)
+    assert v["coverage_excess_margin"] == pytest.approx(0.2 - 0.1)
+    assert (v["disentanglement_excess_margin_ci_low"], v["disentanglement_excess_margin_ci_high"]) == \
+        D.excess_margin_interval(per_unit, "p", ["h", "s"], {"p": "p0", "h": "h0", "s": "s0"}, seed=2)
+    assert m.evidence["coverage_null_gaps"] == pytest.approx({"p": 0.2, "h": 0.1, "s": 0.05})
+    with pytest.raises(ValueError, match=r"no null named for kind\(s\) \['s'\]"):
+        D.measure(table, prototypes="p", heads="h", sae="s", nulls={"p": "p0", "h": "h0"},
+                  sae_explained_variance=0.8, n_classes=150, per_unit=per_unit, seed=2)
     claim = claims.get_claim(m.claim)
     status, _, _, reason = claims.evaluate(claim, v, "cpu")            # 8 scored prototypes: below the floor
     assert status == claims.INCONCLUSIVE and "min-units" in reason
