@@ -9,7 +9,7 @@
    generated token at 8192 context over that at 256 context. Target for ProtoT: <= 1.3; LLaMA's
    ratio is printed beside it.
 Times: best of repeats (the mixer) and best round median with the contexts interleaved (decoding),
-see protot.bench; run on an otherwise idle machine for absolute numbers, the ratios are what counts.
+see protot.perf.bench; run on an otherwise idle machine for absolute numbers, the ratios are what counts.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from protot import bench
+from protot.perf import bench
 from protot.models import build_model
 
 

@@ -13,7 +13,7 @@ variant.
 
 In the same run, between the steps, a 2048 x 2048 float32 matmul is timed; the utilisation of a
 step is (training FLOPs per token x tokens/s) / (matmul FLOP/s), FLOPs by the convention of
-``protot.flops`` (6 N + the mixer or attention term). Every timed item is interleaved round by
+``protot.perf.flops`` (6 N + the mixer or attention term). Every timed item is interleaved round by
 round (A B C ... A B C ...) so that load from other processes hits all alike; figures are medians
 over the timed rounds. Goals: utilisation >= 0.65 for the fused step at context 256 (the cpu-small
 training runs); ProtoT no slower than LLaMA at context 2048.
@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from compendium import atomic, provenance
-from protot.flops import training_flops_per_token
+from protot.perf.flops import training_flops_per_token
 from protot.models import build_model, count_parameters
 from protot.train.config import PROFILES, recipe_model_overrides
 from protot.train.trainer import make_optimizer
@@ -150,7 +150,7 @@ def main(argv=None):
     fused_256 = [s for r in rows if r["context"] == 256 for s in r["steps"] if s["loss"] == "fused"]
     result = {"benchmark": "cpu training speed: utilisation vs a matmul, ProtoT vs LLaMA", "size": a.size,
               "vocab": VOCAB, "threads": torch.get_num_threads(), "recipe": RECIPE, "protot_variant": overrides.get("variant", "authors"),
-              "overrides": overrides, "flop_convention": "protot.flops (6 N + mixer/attention term)",
+              "overrides": overrides, "flop_convention": "protot.perf.flops (6 N + mixer/attention term)",
               "rows": rows,
               "goals": {"utilisation_fused_context_256": f">= {GOAL_UTILISATION}",
                         "protot_vs_llama_context_2048": "ratio >= 1"},

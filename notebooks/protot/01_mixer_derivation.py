@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 
 from compendium import claims, notebook, plotting, profiles
-from protot import bench
+from protot.perf import bench
 from protot import figures as protot_figures
 from kernels.proto_mixer import chunk_decay_linear_attn_ref, naive_decay_linear_attn, recurrent_decay_linear_attn_ref
 from protot.mixer import channel_mix, channel_mix_by_definition, decay_cumsum, measure_forms_agree

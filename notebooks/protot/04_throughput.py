@@ -30,7 +30,7 @@ import torch
 from tqdm.auto import tqdm
 
 from compendium import claims, notebook, paths, plotting, profiles
-from protot import throughput as tp
+from protot.perf import throughput as tp
 
 # One thread on the CPU: timings with two threads swing by several x whenever anything else runs.
 nb = notebook.start("protot/04_throughput", PROFILE, SEED, DEVICE,

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from protot import bench
+from protot.perf import bench
 
 
 def test_loglog_slope_recovers_power_laws():

@@ -1,7 +1,7 @@
-"""protot.flops: the FLOP convention of the training-utilisation benchmark, checked by hand."""
+"""protot.perf.flops: the FLOP convention of the training-utilisation benchmark, checked by hand."""
 import pytest
 
-from protot.flops import mixer_flops_per_token, parameter_count, training_flops_per_token
+from protot.perf.flops import mixer_flops_per_token, parameter_count, training_flops_per_token
 from protot.models import build_model
 
 

@@ -44,7 +44,7 @@ def _cost():
 
 
 def test_linear_cost():
-    from protot import bench
+    from protot.perf import bench
 
     cost = _cost()
     # a wild chunk time below the fit's start is left out: the fit starts at T = 2000
@@ -77,7 +77,7 @@ def _decode_rounds():
 
 
 def test_decode_constant_is_the_geometric_mean_of_per_round_ratios_by_hand():
-    from protot import bench
+    from protot.perf import bench
 
     decode = _decode_rounds()
     ratios = bench.round_ratios(decode.sample(frac=1, random_state=0))
@@ -111,7 +111,7 @@ def test_decode_constant_is_the_geometric_mean_of_per_round_ratios_by_hand():
 
 
 def test_decode_constant_refuses_tables_it_cannot_pair():
-    from protot import bench
+    from protot.perf import bench
 
     decode = _decode_rounds()
     with pytest.raises(ValueError, match="protot must be timed at two or more contexts in every round"):
@@ -129,7 +129,7 @@ def test_decode_constant_refuses_tables_it_cannot_pair():
 def test_decode_times_per_round_and_the_best_round(monkeypatch):
     import torch
 
-    from protot import bench
+    from protot.perf import bench
     from protot.models import build_model
 
     torch.manual_seed(0)
@@ -281,7 +281,7 @@ def _decode():
 
 
 def test_throughput_crossover():
-    from protot import throughput as tp
+    from protot.perf import throughput as tp
 
     m = tp.measure_throughput_crossover(_train(), _decode(), "here", config=dict(device="cpu"))
     assert m.values == {"protot_llama_ratio_longest": 2.2, "protot_llama_ratio_8k": 200 / 150,
@@ -303,7 +303,7 @@ def test_throughput_crossover():
 
 
 def test_deltanet_fastest():
-    from protot import throughput as tp
+    from protot.perf import throughput as tp
 
     m = tp.measure_deltanet_fastest(_train(), _decode(), 4.0)
     assert m.values == {"deltanet_fastest": True, "longest_context_all": 4096}

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from protot import throughput
+from protot.perf import throughput
 
 
 def test_crossover_interpolates_in_log_space():

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from protot.bench import decode_time_per_token, median_time
+from protot.perf.bench import decode_time_per_token, median_time
 from protot.models import build_model, count_parameters
 
 ARCHS = ("protot", "llama", "deltanet", "mamba")
