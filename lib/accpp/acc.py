@@ -200,16 +200,19 @@ def acc_trace(tracer: Tracer, input_ids, correct, wrong, position: int = -1,
 
 def _firing_contributors(solver: FiringSolver, arch, cfg: ACCConfig, L: int, a: int, d: int, s: int):
     """[(side, token, contributions (N,), labels (N, 4), kept singular indices)] for one firing;
-    empty when the (comparative) score is not positive."""
+    empty when the (comparative) score is not positive.
+
+    Every contribution is a component's coefficients on the singular directions times one weight
+    vector, so it is computed as matrix-vector products (:func:`_coeff_dot`) without forming the
+    per-component coefficient matrices; beta is the sum of the authors' key-side components
+    (equal to the key coefficients' sums to float rounding)."""
     lw = arch.layers[L]
     J = visible(solver.dec.T, d, lw.sliding_window)
     n = len(J)
     s_idx = int(s - J[0])
     sig = solver.svd.S[L, a]
-    Cq, lab_q = solver.token_coeffs(L, a, d, "q")
-    alpha = Cq.sum(0)
-    keys = [solver.key_coeffs(L, a, int(j)) for j in J]
-    beta = torch.stack([c.sum(0) for c, _ in keys])  # (n, dh)
+    alpha = _coeff_sum(solver, L, a, d, "q")
+    beta = solver._authors_beta(L, a, d)  # (n, dh)
     if cfg.comparative:
         if n < 2:
             return []
@@ -230,24 +233,94 @@ def _firing_contributors(solver: FiringSolver, arch, cfg: ACCConfig, L: int, a: 
     elif cfg.comparative and not float(c_k.sum()) > 0:
         return []
     w_q = lw.scale * sig * bref * mask  # query side: component coefficients . w_q
-    contrib_q = Cq @ w_q
+    contrib_q, lab_q = _coeff_dot(solver, L, a, d, "q", w_q)
     w_k = lw.scale * sig * alpha * mask  # key side
     if cfg.comparative:
-        H = lw.n_heads
-        lab_u = _union_labels(L, H, d, keys[0][1], a)
-        tot = torch.zeros(lab_u.shape[0], dtype=c_k.dtype)
-        at_s = None
-        for i, (Cj, lab_j) in enumerate(keys):
-            y = torch.zeros(lab_u.shape[0], dtype=c_k.dtype).index_add_(0, _union_index(lab_j, L, H, d), Cj @ w_k)
-            tot += y
-            if i == s_idx:
-                at_s = y
-        contrib_k = at_s - (tot - at_s) / (n - 1)
+        lab_u = _union_labels(L, lw.n_heads, d, lab_q, a)
+        per_j = _key_dots_union(solver, L, a, d, J, w_k)  # (n, N_union)
+        at_s = per_j[s_idx]
+        contrib_k = at_s - (per_j.sum(0) - at_s) / (n - 1)
         lab_k = lab_u
     else:
-        Ck, lab_k = keys[s_idx]
-        contrib_k = Ck @ w_k
+        contrib_k, lab_k = _coeff_dot(solver, L, a, s, "k", w_k)
     return [("d", d, contrib_q, lab_q, K), ("s", s, contrib_k, lab_k, K)]
+
+
+def _fold(solver: FiringSolver, L: int, a: int, t: int, side: str):
+    """(projections, M (dh, dh), 1 / (sigma_t rho_t), rho_t, head weights (L, H, t+1) / (sigma_t rho_t)) of
+    :meth:`FiringSolver.token_coeffs` at token t: its coefficient rows are (projection @ M) * weight."""
+    dec, lw = solver.dec, solver.dec.arch.layers[L]
+    kv = lw.kv_of(a)
+    P = solver._projections(L, side, a if side == "q" else kv)
+    rho = dec.rho_q(L)[t, a] if side == "q" else dec.rho_k(L)[t, kv]
+    inv = 1.0 / (dec.sigma[L, t] * rho)
+    M = solver.svd.Ut[L, a] if side == "q" else solver.svd.Vt[L, a]
+    if dec.rot[L] is not None:
+        M = dec.rot[L][t] @ M
+    qk_norm = lw.q_norm if side == "q" else lw.k_norm
+    if qk_norm is not None:
+        M = qk_norm.gain[:, None] * M
+    return P, M, inv, rho, dec.head_weights(L, t)[:, :, : t + 1] * inv
+
+
+def _coeff_sum(solver: FiringSolver, L: int, a: int, t: int, side: str) -> torch.Tensor:
+    """``token_coeffs(L, a, t, side)[0].sum(0)`` (alpha or beta_t, (dh,)): the components summed first."""
+    P, M, inv, rho, w = _fold(solver, L, a, t, side)
+    z = torch.einsum("lhs,lhse->e", w, P["heads"][:, :, : t + 1]) + (P["emb"][t] + P["mlp"][:, t].sum(0)) * inv
+    if P["bias"] is not None:
+        z = z + P["bias"].sum(0) * inv
+    if P["offset"] is not None:
+        z = z + P["offset"] / rho
+    return z @ M
+
+
+def _coeff_dot(solver: FiringSolver, L: int, a: int, t: int, side: str, wv: torch.Tensor):
+    """``C @ wv`` and the labels of ``token_coeffs(L, a, t, side)`` (same row layout), by matrix-vector
+    products: row c of C is (projection_c @ M) * weight_c, so C @ wv = (projection_c @ (M @ wv)) * weight_c."""
+    P, M, inv, rho, w = _fold(solver, L, a, t, side)
+    m = M @ wv  # (dh,)
+    lw = solver.dec.arch.layers[L]
+    parts = [(P["emb"][t] @ m)[None] * inv, ((P["heads"][:, :, : t + 1] @ m) * w).reshape(-1), (P["mlp"][:, t] @ m) * inv]
+    labels = [torch.tensor([[KIND_EMB, -1, -1, -1]]), head_labels(L, lw.n_heads, t + 1),
+              torch.stack([torch.full((L,), KIND_MLP), torch.arange(L), torch.full((L,), -1), torch.full((L,), -1)], 1)]
+    if P["bias"] is not None:
+        parts.append((P["bias"] @ m) * inv)
+        labels.append(torch.stack([torch.full((L,), KIND_BIAS), torch.arange(L), torch.full((L,), -1),
+                                   torch.full((L,), -1)], 1))
+    if P["offset"] is not None:
+        parts.append((P["offset"] @ m)[None] / rho)
+        labels.append(torch.tensor([[KIND_OFFSET, L, a, -1]]))
+    return torch.cat(parts), torch.cat(labels)
+
+
+def _key_dots_union(solver: FiringSolver, L: int, a: int, d: int, J: torch.Tensor, wv: torch.Tensor) -> torch.Tensor:
+    """(n, N_union): row i is ``key_coeffs(L, a, J[i])`` @ ``wv`` placed in the layout of
+    :func:`_union_labels` (L, H, d) (zeros for the components absent at J[i]), for every visible key at
+    once: one (L H (d+1), dh) x (dh, n) product for all heads and keys."""
+    dec, lw = solver.dec, solver.dec.arch.layers[L]
+    kv, H, n = lw.kv_of(a), lw.n_heads, J.numel()
+    P = solver._projections(L, "k", kv)
+    rho = dec.rho_k(L)[J, kv]  # (n,)
+    inv = 1.0 / (dec.sigma[L, J] * rho)  # (n,)
+    v = solver.svd.Vt[L, a] @ wv  # (dh,)
+    m = torch.einsum("jef,f->je", dec.rot[L][J], v) if dec.rot[L] is not None else v.expand(n, -1)  # (n, dh)
+    if lw.k_norm is not None:
+        m = m * lw.k_norm.gain
+    nd = d + 1
+    Y = P["heads"][:, :, :nd] @ m.T  # (L, H, nd, n): projection of every upstream head output at source j'
+    w = dec.acts.attn[:L, :, J, :nd] * dec.pscale[:L, J][:, None, :, None]  # (L, H, n, nd) head weights at each key
+    causal = (torch.arange(nd)[None, :] <= J[:, None]).to(w.dtype)  # source j' <= key position j
+    heads = (w * causal * inv[None, None, :, None]) * Y.transpose(2, 3)  # (L, H, n, nd)
+    out = torch.zeros(n, 1 + L * H * nd + 2 * L + 1, dtype=wv.dtype)
+    out[:, 0] = (P["emb"][J] * m).sum(-1) * inv
+    out[:, 1: 1 + L * H * nd] = heads.permute(2, 0, 1, 3).reshape(n, -1)
+    base = 1 + L * H * nd
+    out[:, base: base + L] = torch.einsum("ljd,jd->jl", P["mlp"][:, J], m) * inv[:, None]
+    if P["bias"] is not None:
+        out[:, base + L: base + 2 * L] = (m @ P["bias"].T) * inv[:, None]
+    if P["offset"] is not None:
+        out[:, base + 2 * L] = (m @ P["offset"]) / rho
+    return out
 
 
 def measure_smaller_than_acc(acc_table, accuracy: float, config: dict | None = None):

@@ -147,24 +147,80 @@ def permutation_test(stat: Callable, labels, n: int = 999, seed: int = 0, strata
     return observed, p, null
 
 
+def permuted_labels(labels, n: int, seed: int = 0, strata=None) -> np.ndarray:
+    """(n, N): the ``n`` shuffles of :func:`permutation_test` (same generator, same order of draws), one per row."""
+    lab = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    groups = [np.arange(len(lab))] if strata is None else \
+        [np.flatnonzero(np.asarray(strata, dtype=object) == s) for s in dict.fromkeys(list(strata))]
+    out = np.empty((n, len(lab)), dtype=lab.dtype)
+    for r in range(n):
+        out[r] = lab
+        for g in groups:
+            out[r, g] = lab[g][rng.permutation(len(g))]
+    return out
+
+
+def _ari_rows(clusters: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """:func:`adjusted_rand` (clusters, x) for every row x of the integer codes X (B, N), from the pair counts
+    in integers as scikit-learn computes them (so bit-for-bit the same values)."""
+    c = np.unique(clusters, return_inverse=True)[1].astype(np.int64)
+    N = c.size
+    K = int(X.max()) + 1 if X.size else 1
+    cell = c[None, :] * K + X.astype(np.int64)  # (B, N) contingency cell of each item
+    B = X.shape[0]
+    counts = np.bincount((cell + (np.arange(B) * (int(c.max()) + 1) * K)[:, None]).ravel(),
+                         minlength=B * (int(c.max()) + 1) * K).reshape(B, -1)
+    ss = (counts.astype(np.int64) ** 2).sum(1)
+    sum_c2 = int((np.bincount(c) ** 2).sum())
+    Xi = X.astype(np.int64) + (np.arange(B) * K)[:, None]
+    sum_k2 = (np.bincount(Xi.ravel(), minlength=B * K).reshape(B, K).astype(np.int64) ** 2).sum(1)
+    tp, fp, fn = ss - N, sum_k2 - ss, sum_c2 - ss
+    tn = N * N - fp - fn - ss
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ari = 2.0 * (tp * tn - fn * fp) / ((tp + fn) * (fn + tn) + (tp + fp) * (fp + tn))
+    return np.where((fn == 0) & (fp == 0), 1.0, ari)
+
+
+def _gap_rows(D, X: np.ndarray, chunk: int = 32) -> np.ndarray:
+    """between - within mean distance (pairs i < j) for every row x of the integer codes X (B, N): the
+    within-label sum is sum_c 1_c' U 1_c with U the strict upper triangle of D, a matrix product per chunk
+    of rows; the pair counts do not change between relabellings."""
+    U = np.triu(np.asarray(D, dtype=float), 1)
+    N = U.shape[0]
+    K = int(X.max()) + 1 if X.size else 1
+    n_pairs = N * (N - 1) / 2
+    n_same = float((np.bincount(X[0].astype(np.int64), minlength=K) * (np.bincount(X[0].astype(np.int64),
+                                                                               minlength=K) - 1)).sum() / 2)
+    total = float(U.sum())
+    out = np.empty(X.shape[0])
+    if n_same == 0 or n_same == n_pairs:
+        out[:] = np.nan
+        return out
+    eye = np.eye(K)
+    for b in range(0, X.shape[0], chunk):
+        Y = eye[X[b: b + chunk]].transpose(1, 0, 2).reshape(N, -1)  # (N, chunk * K) one-hot per row
+        w = (Y * (U @ Y)).reshape(N, -1, K).sum((0, 2))  # within-label sums
+        out[b: b + chunk] = (total - w) / (n_pairs - n_same) - w / n_same
+    return out
+
+
 def label_alignment(D, Z: np.ndarray, labels, n_perm: int = 999, seed: int = 0, k: int | None = None,
                     strata=None) -> dict:
     """How well a labelling explains the distances and the clustering: the k-cluster cut (k = number
     of distinct labels by default) scored by ARI and NMI, within- and between-label mean distances,
-    and permutation p-values for the ARI and for the gap (between - within)."""
+    and permutation p-values for the ARI and for the gap (between - within).
+
+    The permutations are those of :func:`permutation_test` (``seed``, ``strata``; the two tests share
+    them), each statistic computed for all of them at once (:func:`_ari_rows`, :func:`_gap_rows`)."""
     names, lab = np.unique(np.asarray(labels, dtype=object).astype(str), return_inverse=True)  # integer codes
     k = k or len(names)
     clusters = cut(Z, k)
-    ari, p_ari, _ = permutation_test(lambda x: adjusted_rand(clusters, x), lab, n_perm, seed, strata)
-
-    (i, j), m = _upper(D)
-    d = m[i, j]
-
-    def gap(x):
-        same = x[i] == x[j]
-        return float(d[~same].mean() - d[same].mean())
-
-    g, p_gap, _ = permutation_test(gap, lab, n_perm, seed, strata)
+    X = np.vstack([lab[None], permuted_labels(lab, n_perm, seed, strata)])  # row 0: the observed labels
+    ari_all, gap_all = _ari_rows(clusters, X), _gap_rows(D, X)
+    ari, g = float(ari_all[0]), float(gap_all[0])
+    p_ari = (1 + int((ari_all[1:] >= ari - 1e-12).sum())) / (n_perm + 1)
+    p_gap = (1 + int((gap_all[1:] >= g - 1e-12).sum())) / (n_perm + 1)
     within, between = within_between(D, lab)
     return dict(k=k, ari=ari, p_ari=p_ari, nmi=normalized_mutual_info(clusters, lab), within=within,
                 between=between, gap=g, p_gap=p_gap)
@@ -258,7 +314,7 @@ def permanova(D, factors: dict, covariates: dict | None = None, interaction: boo
     ss_total = float(np.trace(G))
     rng = np.random.default_rng(seed)
     perms = [rng.permutation(n) for _ in range(n_perm)]
-    rows = {}
+    rows, tested = {}, {}
     for t, (_, tset) in terms.items():
         reduced = [u for u, (_, uset) in terms.items() if u != t and not tset <= uset]
         Qr = _basis(design(reduced))
@@ -267,31 +323,47 @@ def permanova(D, factors: dict, covariates: dict | None = None, interaction: boo
         if df_t <= 0:
             rows[t] = dict(df=0, SS=0.0, R2=0.0, F=float("nan"), p=float("nan"), n_extreme=float("nan"))
             continue
-        Hr = Qr @ Qr.T
-        E = np.eye(n) - Hr
-        HrQ = {k: Hr @ Q for k, Q in (("a", Qa), ("r", Qr), ("c", Qc))}
-        EG = E @ G
-        tr_fixed = float(np.trace(Hr @ G @ Hr) + np.trace(EG @ E))
-        C = EG @ Hr  # tr(P E G H_r) = sum_i C[perm[i], i]
+        GQr = G @ Qr
+        tested[t] = dict(df=df_t, Qr=Qr, GQr=GQr, QrQc=Qr.T @ Qc, Ta=Qc.T @ Qa, Tr=Qc.T @ Qr,
+                         A=GQr - Qr @ (Qr.T @ GQr))  # A = E G Q_r: tr(P E G H_r) = sum_i (A[perm] * Q_r)[i]
 
-        # stat is called only within this iteration, so its late binding of the loop's names is safe
-        def stat(perm):
-            inv = np.empty(n, dtype=int)
-            inv[perm] = np.arange(n)
-            tr = {}
-            for k, Q in (("a", Qa), ("r", Qr), ("c", Qc)):  # noqa: B023
-                W = HrQ[k] + E @ Q[inv]  # noqa: B023  (M' Q, with (P' Q) = Q[inv])
-                tr[k] = float(np.einsum("ij,ij->", W, G @ W))  # noqa: B023
-            tr_all = tr_fixed + 2.0 * float(C[perm, np.arange(n)].sum())  # noqa: B023
-            ss_t, ss_r = tr["a"] - tr["r"], tr_all - tr["c"]
-            return (ss_t / df_t) / (ss_r / df_res) if ss_r > 0 else float("inf"), ss_t, ss_r  # noqa: B023
+    def stats(perm) -> dict:
+        """(F, SS_term, SS_res) of every tested term for one permutation, from ONE (n x n)(n x p) product.
 
-        F, ss_t, ss_r = stat(np.arange(n))
-        null = np.array([stat(p)[0] for p in perms])
-        n_extreme = int((null >= F - 1e-12 * abs(F)).sum()) if n_perm else float("nan")
+        Term t (reduced model's hat H_r = Q_r Q_r', E = I - H_r) needs tr(Q' M G M' Q) for Q in Q_a, Q_r, Q_c,
+        with M' Q = H_r Q + E P' Q. Every Q lies in the span of the complete model's basis Q_c (Q = Q_c T,
+        T = Q_c' Q), so with X = P' Q_c = Q_c[inv] and W = H_r Q_c + E X, tr(Q' M G M' Q) = tr(T' (W' G W) T),
+        and G W = (G Q_r)(Q_r' Q_c - Q_r' X) + G X: G X is the one product, shared by every term.
+        tr(M G M') = tr(G) + 2 tr(P E G H_r) (E and H_r idempotent)."""
+        inv = np.empty(n, dtype=int)
+        inv[perm] = np.arange(n)
+        X = Qc[inv]
+        GX = G @ X
+        out = {}
+        for t, c in tested.items():
+            B = c["QrQc"] - c["Qr"].T @ X
+            S = (c["Qr"] @ B + X).T @ (c["GQr"] @ B + GX)  # W' G W, (p_c, p_c)
+            tr_a = float(np.einsum("ij,ij->", S @ c["Ta"], c["Ta"]))
+            tr_r = float(np.einsum("ij,ij->", S @ c["Tr"], c["Tr"]))
+            tr_all = ss_total + 2.0 * float(np.einsum("ij,ij->", c["A"][perm], c["Qr"]))
+            ss_t, ss_r = tr_a - tr_r, tr_all - float(np.trace(S))
+            out[t] = ((ss_t / c["df"]) / (ss_r / df_res) if ss_r > 0 else float("inf"), ss_t, ss_r)
+        return out
+
+    observed = stats(np.arange(n))
+    null = {t: np.empty(n_perm) for t in tested}
+    for r, p in enumerate(perms):
+        for t, v in stats(p).items():
+            null[t][r] = v[0]
+    for t in terms:
+        if t not in tested:
+            continue
+        F, ss_t, _ = observed[t]
+        n_extreme = int((null[t] >= F - 1e-12 * abs(F)).sum()) if n_perm else float("nan")
         pval = permutation_p(n_extreme, n_perm) if n_perm else float("nan")
-        rows[t] = dict(df=df_t, SS=ss_t, R2=ss_t / ss_total if ss_total > 0 else float("nan"), F=F, p=pval,
+        rows[t] = dict(df=tested[t]["df"], SS=ss_t, R2=ss_t / ss_total if ss_total > 0 else float("nan"), F=F, p=pval,
                        n_extreme=n_extreme)
+    rows = {t: rows[t] for t in terms}  # the terms' order
     ss_res = ss_total - float(np.einsum("ij,ij->", Qc, G @ Qc))
     rows["Residual"] = dict(df=df_res, SS=ss_res, R2=ss_res / ss_total if ss_total > 0 else float("nan"),
                             F=float("nan"), p=float("nan"), n_extreme=float("nan"))

@@ -19,7 +19,8 @@ import torch
 
 from accpp.arch import Arch, get_path
 
-__all__ = ["Activations", "collect", "Decomposition", "HeadSVD", "head_svds", "rotation_matrices", "head_labels",
+__all__ = ["Activations", "collect", "Decomposition", "HeadSVD", "head_svds", "rotation_matrices", "LazyRotations",
+           "head_labels",
            "visible", "KIND_NAMES", "LABEL_KIND", "LABEL_LAYER", "LABEL_HEAD", "LABEL_SRC"]
 
 KIND_EMB, KIND_HEAD, KIND_MLP, KIND_BIAS, KIND_OFFSET = 0, 1, 2, 3, 4
@@ -94,6 +95,36 @@ def rotation_matrices(cos: torch.Tensor | None, sin: torch.Tensor | None, dh: in
     rot_half = torch.cat((-base[:, half:], base[:, :half]), dim=-1)  # rotate_half(e_i)
     r[:, :, :rd] = base[None] * cos[:, None, :] + rot_half[None] * sin[:, None, :]
     return r
+
+
+class LazyRotations:
+    """``rot[L]``: the rotation matrices R_t (T, dh, dh) of layer L (:func:`rotation_matrices`), or None
+    without rotary; each layer's are built on first use and kept (a trace touches few layers, and the
+    (L, T, dh, dh) float64 tables of every layer cost more than the rest of the decomposition)."""
+
+    def __init__(self, rotary: list, dh: int):
+        self._rotary, self._dh, self._built = rotary, dh, {}
+
+    def __len__(self) -> int:
+        return len(self._rotary)
+
+    def __getitem__(self, L: int):
+        if isinstance(L, slice):
+            return [self[i] for i in range(len(self))[L]]
+        L = range(len(self))[L]  # IndexError outside, negative layers counted from the end
+        if self._rotary[L] is None:
+            return None
+        if L not in self._built:
+            self._built[L] = rotation_matrices(*self._rotary[L], self._dh)
+        return self._built[L]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    @property
+    def built(self) -> list[int]:
+        """The layers whose matrices have been built so far."""
+        return sorted(self._built)
 
 
 def visible(T: int, d: int, window: int | None) -> torch.Tensor:
@@ -193,7 +224,7 @@ class Decomposition:
         self.pscale = torch.stack(pscale)  # (L, T)
         self.bias = torch.stack(bias)  # (L, d) attention-output bias (zeros if none)
         self.has_bias = any(lw.b_O is not None for lw in arch.layers)
-        self.rot = [rotation_matrices(*r, arch.d_head) if r is not None else None for r in acts.rotary]
+        self.rot = LazyRotations(acts.rotary, arch.d_head)  # R_t per layer, built when a layer is first used
         # per-layer query/key norm scales (sigma: input norm, rho: q/k RMSNorm)
         self.sigma = torch.stack([lw.ln_in.scale(acts.resid[l]) for l, lw in enumerate(arch.layers)])  # (L, T)
         self._rho_q, self._rho_k = {}, {}
@@ -202,7 +233,7 @@ class Decomposition:
     def rotation_factors(self, L: int, t: torch.Tensor):
         """(cos_x, sin_x), each (k, dh), with rot_t(v) = v * cos_x + rotate_half_x(v) * sin_x at the
         positions t (k,): cos/sin on the rotary dims, 1/0 on the others (None without rotary)."""
-        if self.rot[L] is None:
+        if self.acts.rotary[L] is None:
             return None
         cos, sin = self.acts.rotary[L]
         dh, rd = self.arch.d_head, cos.shape[-1]

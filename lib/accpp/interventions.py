@@ -371,8 +371,16 @@ class Intervener:
             return visible(self.T, spec.dest, self.arch.layers[spec.layer].sliding_window).tolist()
         return [spec.token]
 
+    def _memo(self, name: str) -> dict:
+        """A per-prompt cache (the same numbers every time they are asked): "coef" (each edge's
+        coefficients), "clean_sum" / "clean" (the clean head vectors, per layer, head, token, side),
+        "pinv" (one pseudo-inverse per head and side)."""
+        return self.__dict__.setdefault("_caches", {}).setdefault(name, {})
+
     def _coef_at(self, spec: SignalSpec, t: int) -> torch.Tensor | None:
-        C, labels = self.solver.token_coeffs(spec.layer, spec.head, t, "q" if spec.side == "d" else "k")
+        side = "q" if spec.side == "d" else "k"
+        C, labels = self.solver.token_coeffs(spec.layer, spec.head, t, side)
+        self._memo("clean_sum")[(spec.layer, spec.head, t, side)] = C.sum(0)  # the clean vector's, for free
         hit = torch.nonzero((labels == torch.tensor(spec.label)).all(-1))
         return C[int(hit[0, 0])] if hit.numel() == 1 else None
 
@@ -383,6 +391,9 @@ class Intervener:
         head's output from source j' exists at key positions >= j' only)."""
         self.validate(spec)
         rows = self.rows(spec)
+        key = (spec.side, spec.layer, spec.head, spec.label, tuple(rows))
+        if key in self._memo("coef"):
+            return self._memo("coef")[key]
         found = [self._coef_at(spec, t) for t in rows]
         if all(c is None for c in found):
             raise NotASignalEdge(
@@ -390,9 +401,12 @@ class Intervener:
                 f"{spec.comp_head}, source {spec.comp_src}) in the residual entering layer {spec.layer} at token "
                 f"{spec.token}" + (" or any other visible key position" if spec.span else ""))
         if not spec.span:
-            return found[0]
-        dh = self.arch.d_head
-        return torch.stack([c if c is not None else torch.zeros(dh, dtype=torch.float64) for c in found])
+            out = found[0]
+        else:
+            dh = self.arch.d_head
+            out = torch.stack([c if c is not None else torch.zeros(dh, dtype=torch.float64) for c in found])
+        self._memo("coef")[key] = out
+        return out
 
     def head_delta(self, spec: SignalSpec, sing=None) -> torch.Tensor:
         """delta subtracted from the rotated query qf_d (or head a's key kf_j): (coef * 1_K) Ut^{-1}
@@ -427,10 +441,18 @@ class Intervener:
             rho = self.dec.rho_q(L)[t, spec.head] if side == "q" else self.dec.rho_k(L)[t, lw.kv_of(spec.head)]
             g = norm.gain
             v = torch.where(g != 0, v / torch.where(g != 0, g, torch.ones_like(g)), torch.zeros_like(v)) * rho
-        W = lw.wq_eff(spec.head) if side == "q" else lw.wk_eff(lw.kv_of(spec.head))
-        # gelsd (SVD): the default CPU driver, gelsy, reads an uninitialised pivot array in torch and can
-        # return rank 0 on exactly repeated or zero rows of W (pytorch/pytorch#71222)
-        return torch.linalg.lstsq(W.T, v[:, None], driver="gelsd").solution[:, 0]
+        return self._pinv_head(L, spec.head, side) @ v
+
+    def _pinv_head(self, L: int, head: int, side: str) -> torch.Tensor:
+        """pinv((W^eff)^T) (d_model, dh) of the q head ("q") or the head's kv head ("k"), once per head: the
+        minimum-norm dx with dx W = v is pinv(W^T) v (an SVD, as the gelsd least-squares driver; not gelsy's
+        pivoted QR, which can return rank 0 on repeated or zero rows of W, pytorch/pytorch#71222)."""
+        lw = self.arch.layers[L]
+        key, memo = (L, head if side == "q" else lw.kv_of(head), side), self._memo("pinv")
+        if key not in memo:
+            W = lw.wq_eff(head) if side == "q" else lw.wk_eff(lw.kv_of(head))
+            memo[key] = torch.linalg.pinv(W.T)
+        return memo[key]
 
     # -- interventions ----------------------------------------------------------------------------
     def apply(self, spec: SignalSpec, delta: torch.Tensor | None) -> tuple[RunOutput, head_patch]:
@@ -449,8 +471,14 @@ class Intervener:
 
     def _clean_vec(self, L: int, a: int, t: int, side: str) -> torch.Tensor:
         """qf_t (side "q") or head a's kf_t (side "k") of the clean run, from the decomposition."""
-        B = (self.solver.svd.Ut if side == "q" else self.solver.svd.Vt)[L, a]
-        return torch.linalg.solve(B.mT, self.solver.token_coeffs(L, a, t, side)[0].sum(0))
+        key, memo = (L, a, t, side), self._memo("clean")
+        if key not in memo:
+            B = (self.solver.svd.Ut if side == "q" else self.solver.svd.Vt)[L, a]
+            total = self._memo("clean_sum").get(key)
+            if total is None:
+                total = self.solver.token_coeffs(L, a, t, side)[0].sum(0)
+            memo[key] = torch.linalg.solve(B.mT, total)
+        return memo[key]
 
     def score_change(self, spec: SignalSpec, delta: torch.Tensor) -> float:
         """Change of head a's raw score scale * qf_d . kf_j at :meth:`score_entry` when ``delta`` (as
@@ -539,9 +567,7 @@ class Intervener:
         """qf_d (query side) or kf_j (key side; every row of :meth:`rows` when spanning) of the clean
         run, from the decomposition."""
         side = "q" if spec.side == "d" else "k"
-        B = (self.solver.svd.Ut if side == "q" else self.solver.svd.Vt)[spec.layer, spec.head]
-        out = [torch.linalg.solve(B.mT, self.solver.token_coeffs(spec.layer, spec.head, t, side)[0].sum(0))
-               for t in self.rows(spec)]
+        out = [self._clean_vec(spec.layer, spec.head, t, side) for t in self.rows(spec)]
         return torch.stack(out) if spec.span else out[0]
 
 

@@ -59,9 +59,12 @@ def check_variant(variant: str) -> str:
     return variant
 
 
-def tau_for(n_visible: int) -> float:
-    """Threshold on A_ds: min(1, 2.5 / number of visible tokens)."""
-    return min(1.0, 2.5 / n_visible)
+TAU_FACTOR = 2.5  # the paper's tau(d) = min(1, 2.5 / number of visible tokens)
+
+
+def tau_for(n_visible: int, factor: float = TAU_FACTOR) -> float:
+    """Threshold on A_ds: min(1, factor / number of visible tokens) (the paper's factor: 2.5)."""
+    return min(1.0, factor / n_visible)
 
 
 def softcap(S: torch.Tensor, cap: float | None) -> torch.Tensor:
@@ -190,9 +193,10 @@ class FiringSolver:
     max_cache_elems = 12_000_000  # float64 elements kept in the key-side cache (~100 MB)
     max_proj_elems = 24_000_000  # float64 elements kept in the projection cache (~190 MB)
 
-    def __init__(self, dec: Decomposition, svd: HeadSVD, variant: str = "authors"):
+    def __init__(self, dec: Decomposition, svd: HeadSVD, variant: str = "authors", tau_factor: float = TAU_FACTOR):
         self.dec, self.svd = dec, svd
         self.variant = check_variant(variant)
+        self.tau_factor = tau_factor  # tau = min(1, tau_factor / n) (:func:`tau_for`)
         self._proj: dict = {}
         self._proj_elems = 0
         self._key_elems = 0
@@ -438,7 +442,7 @@ class FiringSolver:
         n = len(J)
         s_idx = int(s - J[0])
         A = float(attn_prob(S, s_idx, cap))
-        tau = tau_for(n)
+        tau = tau_for(n, getattr(self, "tau_factor", TAU_FACTOR))
         res = FiringResult(f, A, tau, n)
         G = ig_direction(S, s_idx, cap)
         for cands in (self.query_candidates(f), self.key_candidates(f)):

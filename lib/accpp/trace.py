@@ -28,6 +28,8 @@ Input contract (checked before any work, each refusal naming the problem): one p
 token ids within the vocabulary and within the model's positions; ``correct`` and ``wrong`` one
 token id each inside the vocabulary (a set of ids only as :class:`accpp.seeding.TokenSet`); with
 ``"prob"`` seeding no ``wrong``.
+With a tokenizer, a prompt ending in whitespace and a single-token answer lacking the leading space
+the prompt implies each raise a :class:`accpp.prompt_checks.PromptWarning` (traced all the same).
 
 Every circuit says why it is empty or small (``circuit.status``, :data:`STATUSES`):
 ``"traced"`` (at least one firing expanded), ``"negative_logit_diff"`` (linear: the metric's
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -58,7 +61,8 @@ from accpp.decompose import (KIND_BIAS, KIND_EMB, KIND_HEAD, KIND_MLP, KIND_NAME
 from accpp.decompose import collect, head_svds, visible
 from accpp.graph import STATUSES, Circuit
 from accpp.seeding import SEEDINGS, TokenSet, answer_direction, answer_ids, prob_seeds, seeds
-from accpp.signals import VARIANTS, Firing, FiringSolver, check_variant, tau_for
+from accpp.prompt_checks import PromptWarning, prompt_problems
+from accpp.signals import TAU_FACTOR, VARIANTS, Firing, FiringSolver, check_variant, tau_for
 
 __all__ = ["TraceConfig", "Circuit", "Tracer", "TraceTooLarge", "TokenSet", "answer_direction", "node_id", "seeds",
            "torch_threads", "estimate_trace_gb", "available_memory_gb", "max_positions", "VARIANTS", "SEEDINGS",
@@ -86,6 +90,8 @@ class TraceConfig:
     threads: torch threads while tracing (restored afterwards); None leaves torch's setting.
     max_memory_gb: refuse prompts whose estimated peak exceeds this; None = 80% of the memory
         available when the trace starts.
+    tau_factor: the threshold tau(d) = min(1, tau_factor / number of visible tokens) on A_ds, both for
+        expanding a firing and for ending its greedy removal (the paper's 2.5).
     """
 
     variant: str = "authors"
@@ -97,6 +103,7 @@ class TraceConfig:
     max_firings: int | None = None
     threads: int | None = 1
     max_memory_gb: float | None = None
+    tau_factor: float = TAU_FACTOR
 
     def __post_init__(self):
         check_variant(self.variant)
@@ -111,6 +118,9 @@ class TraceConfig:
             raise ValueError(f"threads must be a positive int or None, got {self.threads!r}")
         if self.max_memory_gb is not None and not self.max_memory_gb > 0:
             raise ValueError(f"max_memory_gb must be positive or None, got {self.max_memory_gb!r}")
+        if isinstance(self.tau_factor, bool) or not isinstance(self.tau_factor, (int, float)) or \
+                not self.tau_factor > 0:
+            raise ValueError(f"tau_factor must be a positive number (the paper's: {TAU_FACTOR}), got {self.tau_factor!r}")
         if self.max_firings is not None and self.max_firings < 0:
             raise ValueError(f"max_firings must be >= 0 or None, got {self.max_firings!r}")
 
@@ -318,6 +328,9 @@ class Tracer:
         if not -T <= position < T:
             raise ValueError(f"position {position} is outside a {T}-token prompt")
         c_ids, w_ids = self.check_answers(correct, wrong)
+        single = lambda tok, ids_: ids_[0] if ids_ is not None and not isinstance(tok, TokenSet) else None  # noqa: E731
+        for msg in prompt_problems(self.tokenizer, ids, single(correct, c_ids), single(wrong, w_ids)):
+            warnings.warn(PromptWarning(msg), stacklevel=2)
         self.check_fits(T)
         with torch_threads(self.config.threads):
             return self._trace(ids, correct, wrong, c_ids, w_ids, position % T)
@@ -326,7 +339,7 @@ class Tracer:
         t0 = time.perf_counter()
         cfg, arch = self.config, self.arch
         dec = Decomposition(arch, collect(self.model, arch, ids, self.nn, position=pos))
-        solver = FiringSolver(dec, self.svd, variant=cfg.variant)
+        solver = FiringSolver(dec, self.svd, variant=cfg.variant, tau_factor=cfg.tau_factor)
         L = arch.n_layers
         vecs, labels = dec.components(L, pos)
         seed_meta: dict = {}
@@ -421,7 +434,7 @@ class Tracer:
         if src == 0 and not cfg.expands_source0:
             return "source is token 0 (per-position variant)"
         n = len(visible(dec.T, dest, self.arch.layers[layer].sliding_window))
-        A, tau = float(dec.acts.attn[layer, head, dest, src]), tau_for(n)
+        A, tau = float(dec.acts.attn[layer, head, dest, src]), tau_for(n, cfg.tau_factor)
         return None if A >= tau else f"A_ds {A:.3f} < tau {tau:.3f}"
 
     def _tokens(self, ids) -> list[str]:

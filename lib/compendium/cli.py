@@ -1,4 +1,4 @@
-"""Command line of the compendium: ``compendium run|publish|list|claims`` (also ``python -m compendium``).
+"""Command line of the compendium: ``compendium run|publish|list|claims|trace`` (also ``python -m compendium``).
 
 ``compendium run`` executes notebooks into a new run folder ``build/runs/<UTC time>-<profile>-s<seed>/``
 and never writes into ``papers/``; ``compendium run --publish`` (what ``make all`` calls) then
@@ -60,7 +60,8 @@ def _summary(todo: list[str], run_dir: Path) -> tuple[str, int]:
         st = e.get("status", "?")
         n_failed += st != runs.COMPLETED
         secs = f"{e['seconds']:.0f} s" if e.get("seconds") is not None else ""
-        lines.append(f"  {st:10s} {name:36s} {secs}")
+        shown = f"{st}: {e['reason']}" if st == runs.FAILED and e.get("reason") else st  # failed: disk full
+        lines.append(f"  {shown:10s} {name:36s} {secs}")
         if st == runs.FAILED and e.get("error"):
             lines.append("             " + e["error"].splitlines()[0])
     done = sum(status.get(n, {}).get("status") == runs.COMPLETED for n in todo)
@@ -101,8 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     p_list.add_argument("--paper", default=None, help="only the notebooks of this paper (what run --paper runs)")
     sub.add_parser("claims", help="rebuild papers/*/CLAIMS.md and papers/*/figures/verdict_board.png from the "
                                   "published results")
+    from accpp import trace_cli  # `compendium trace`: its options and its run live in accpp.trace_cli
+
+    trace_cli.add_parser(sub)
 
     args = parser.parse_args(argv)
+    if args.cmd == "trace":
+        return trace_cli.run(args)
     if args.cmd == "list":
         try:
             names = runner.paper_notebooks(args.paper) if args.paper else runner.list_notebooks()
@@ -142,24 +148,34 @@ def main(argv: list[str] | None = None) -> int:
             paths.check_output(args.output)
     except ValueError as err:
         parser.error(str(err))
-    run_dir = runs.create(args.profile, args.seed, device=args.device, parameters=parameters, notebooks=todo,
-                          command=["compendium", *(sys.argv[1:] if argv is None else argv)], paper=args.paper)
+    try:
+        run_dir = runs.create(args.profile, args.seed, device=args.device, parameters=parameters, notebooks=todo,
+                              command=["compendium", *(sys.argv[1:] if argv is None else argv)], paper=args.paper)
+    except OSError as err:  # a full disk, a read-only build/: nothing ran
+        print(f"compendium run: cannot make a run folder in {paths.display(paths.runs_dir())}: "
+              f"{runs.write_problem(err)}; nothing ran", file=sys.stderr)
+        return 1
     of = f" of paper {args.paper}" if args.paper else ""
     print(f"running {len(todo)} notebook(s){of} at profile '{args.profile}', seed {args.seed}, device {args.device}\n"
           f"run folder: {paths.display(run_dir)}", flush=True)
-    interrupted = False
+    interrupted, stopped = "", ""
     try:
         runner.run_many(todo, keep_going=args.keep_going, run_dir=run_dir, profile=args.profile, seed=args.seed,
                         device=args.device, parameters=parameters,
                         output_dir=Path(args.output) if args.output else None)
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (runner.Terminated)
+        interrupted = "terminated (SIGTERM)" if isinstance(err, runner.Terminated) else "interrupted"
+    except runs.RunFolderError as err:  # status.json could not be written: stop, say where and why
+        stopped = str(err)
     finally:
         text, n_failed = _summary(todo, run_dir)
         print(text, flush=True)
     if interrupted:
-        print("interrupted: nothing published", file=sys.stderr)
-        return 130
+        print(f"{interrupted}: nothing published", file=sys.stderr)
+        return 143 if interrupted.startswith("terminated") else 130
+    if stopped:
+        print(f"compendium run: stopped: {stopped}; nothing published", file=sys.stderr)
+        return 1
     if args.publish:
         code = _publish(run_dir, args.paper)
         if code:
