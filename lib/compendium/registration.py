@@ -3,8 +3,9 @@
 For a claim and a profile, the *registering commit* is the commit at which the whole check at that
 profile (:func:`compendium.judge.raw_check_sha256`: conditions, interval rules, points,
 preconditions, min_units and the protocol at the profile) became what ``claims.yaml`` says now: its
-``claims.yaml`` gives the current hash and none of its parents' does (the latest such commit, where
-a check returned to an earlier form). The check was registered *before measuring* at the profile
+``claims.yaml`` gives the current hash and none of its parents' does; where a check returned to an
+earlier form, the earliest such commit from which on every published result was recorded under it
+(:func:`registering_commit`). The check was registered *before measuring* at the profile
 when every published result of the claim at that profile (each committed version of
 ``papers/<paper>/results/<claim>.<profile>.json``, and the file as it is now) was measured at a
 revision descending from that commit. Otherwise it came *after a first measurement* where one of
@@ -79,14 +80,27 @@ def hash_at(commit: str, paper: str, claim_id: str, profile: str) -> str | None:
     return None if item is None else judge.raw_check_sha256(item, profile)
 
 
-def registering_commit(paper: str, claim_id: str, profile: str, now: str) -> str | None:
-    """The latest commit whose claims.yaml gives the claim the whole-check hash ``now`` at
-    ``profile`` while none of its parents' does (None where no commit does)."""
-    for commit, parents in _commits():
-        if hash_at(commit, paper, claim_id, profile) == now and all(
-                hash_at(p, paper, claim_id, profile) != now for p in parents):
+def introducing_commits(paper: str, claim_id: str, profile: str, now: str) -> list[str]:
+    """The commits whose claims.yaml gives the claim the whole-check hash ``now`` at ``profile``
+    while none of their parents' does, newest first."""
+    return [commit for commit, parents in _commits()
+            if hash_at(commit, paper, claim_id, profile) == now
+            and all(hash_at(p, paper, claim_id, profile) != now for p in parents)]
+
+
+def registering_commit(paper: str, claim_id: str, profile: str, now: str,
+                       results: tuple | list = ()) -> str | None:
+    """The commit that registered the whole check ``now`` at ``profile``: of the commits that
+    introduced it (:func:`introducing_commits`), the earliest from which on every published result
+    at the profile (``results``: (where, revision, recorded hash)) was recorded under it; so a check
+    changed and later restored counts from the restoring commit once a result was measured under
+    the other one in between, and from its first commit where none was (None where no commit
+    introduced it)."""
+    candidates = introducing_commits(paper, claim_id, profile, now)
+    for commit in reversed(candidates):
+        if all(h == now for _, rev, h in results if descends(commit, rev)):
             return commit
-    return None
+    return candidates[0] if candidates else None
 
 
 def result_revisions(paper: str, claim_id: str, profile: str) -> list[tuple[str, str | None, str | None]]:
@@ -179,8 +193,8 @@ def derive(paper: str, claim_id: str, item: dict) -> Derivation:
     at = []
     for profile in profiles.PROFILES:
         now = judge.raw_check_sha256(item, profile)
-        commit = registering_commit(paper, claim_id, profile, now)
         results = tuple(result_revisions(paper, claim_id, profile))
+        commit = registering_commit(paper, claim_id, profile, now, results)
         first = [(w, h) for w, rev, h in results if commit is None or not descends(commit, rev)]
         at.append(AtProfile(profile, commit, results, tuple(w for w, _ in first),
                             tuple(w for w, h in first if h == now)))

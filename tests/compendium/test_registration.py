@@ -108,6 +108,23 @@ def test_the_derivation_tells_before_from_after_on_planted_histories(monkeypatch
     assert d.registered_after is None         # no paper result; the cpu one followed c2
 
 
+def test_a_check_changed_and_restored_counts_from_the_restore_only_where_a_result_came_between(monkeypatch):
+    base = {"id": "x", "check": {"quantity": "q", "op": ">", "threshold": 0}, "protocol": {"all": {"n": 8}}}
+    now = {**base, "protocol": {"all": {"n": 16}}}
+    order = ["c4", "c3", "c2", "c1"]            # c2 registers, c3 reverts it, c4 restores it
+    history = {"c4": now, "c3": base, "c2": now, "c1": base}
+    parents = {"c4": ("c3",), "c3": ("c2",), "c2": ("c1",), "c1": ()}
+    monkeypatch.setattr(registration, "_commits", lambda: tuple((c, parents[c]) for c in order))
+    monkeypatch.setattr(registration, "claims_at", lambda c, p: {"x": history[c]})
+    monkeypatch.setattr(registration, "descends", lambda a, r: order.index(r) <= order.index(a))
+    h_now, h_base = judge.raw_check_sha256(now, "cpu"), judge.raw_check_sha256(base, "cpu")
+    assert registration.introducing_commits("demo", "x", "cpu", h_now) == ["c4", "c2"]
+    assert registration.registering_commit("demo", "x", "cpu", h_now, [("r", "c4", h_now)]) == "c2"
+    assert registration.registering_commit("demo", "x", "cpu", h_now, [("r", "c3", h_base), ("r", "c4", h_now)]) == "c4"
+    assert registration.registering_commit("demo", "x", "cpu", h_now, [("r", "c2", h_now), ("r", "c4", h_now)]) == "c2"
+    assert registration.registering_commit("demo", "x", "cpu", h_base, []) == "c1"
+
+
 def test_a_check_and_the_check_it_replaced_never_share_a_hash():
     """Over the history of every claims.yaml: wherever any part of a claim's whole check changed
     between a commit and its parent (a condition, interval rule, point reason, precondition,
