@@ -3,6 +3,8 @@
     cases()                        the case names (case00 .. case08)
     compare(forms)                 our mixer against every case, per form (and token-by-token decoding)
     decay_arithmetic_gap(model, ids)  exact vs "authors-float32" decay arithmetic on a whole model
+    decay_arithmetic_perplexity(model, split)  a split's perplexity under each decay arithmetic
+                                    (python -m protot.golden MODEL: a committed model, whole split)
     load_case(case, **changes)     (AuthorsProtoMixer in float64 with the case's parameters loaded
                                     through the documented name map, its arrays, its JSON, the names
                                     of the authors' parameters this layer does not use)
@@ -20,7 +22,7 @@ import torch
 
 from compendium import paths
 
-__all__ = ["golden_dir", "cases", "load_case", "compare", "decay_arithmetic_gap"]
+__all__ = ["golden_dir", "cases", "load_case", "compare", "decay_arithmetic_gap", "decay_arithmetic_perplexity"]
 
 
 def golden_dir() -> Path:
@@ -112,3 +114,56 @@ def decay_arithmetic_gap(model, ids: torch.Tensor) -> dict:
             "max_abs_logit_diff": (le - la).abs().max().item(),
             "mean_abs_nll_diff": (ne - na).abs().mean().item(),
             "nll_exact": ne.mean().item(), "nll_authors_float32": na.mean().item()}
+
+
+@torch.no_grad()
+def decay_arithmetic_perplexity(model, split: str = "validation", context: int = 256, *, batch_size: int = 16,
+                                max_blocks: int | None = None, lang: str = "en") -> dict:
+    """Perplexity of a ProtoT (variant "authors") under each decay arithmetic: {arithmetic:
+    protot.train.evaluate.perplexity(...)} for "exact" and "authors-float32", with the evaluation of the
+    committed models' manifests (non-overlapping blocks of ``context`` tokens; the whole split unless
+    ``max_blocks``). Both without the decoding cache (the float32 form uses absolute positions, whole
+    blocks only). The model's config is left as it was, also on an error."""
+    from protot.mixer_authors import DECAY_ARITHMETIC
+    from protot.train import evaluate
+
+    if getattr(model.config, "variant", None) != "authors":
+        raise ValueError("decay arithmetic is a setting of ProtoT's authors variant; got a "
+                         f"{type(model).__name__} with variant {getattr(model.config, 'variant', None)!r}")
+    configs = {id(c): c for c in [model.config] + [m.config for m in model.mixers()]}
+    before = {k: (c.decay_arithmetic, c.use_cache) for k, c in configs.items()}
+    out = {}
+    try:
+        for arith in DECAY_ARITHMETIC:
+            for c in configs.values():
+                c.decay_arithmetic, c.use_cache = arith, False
+            out[arith] = evaluate.perplexity(model, split, context, batch_size=batch_size,
+                                             max_blocks=max_blocks, lang=lang)
+    finally:
+        for k, c in configs.items():
+            c.decay_arithmetic, c.use_cache = before[k]
+    return out
+
+
+def main(argv=None) -> dict:
+    """python -m protot.golden MODEL [--split S] [--max-blocks N]: the perplexity of committed ProtoT
+    MODEL (models/MODEL) under each decay arithmetic, as one JSON object (whole split by default)."""
+    import argparse
+
+    from protot.train import pretrained
+
+    ap = argparse.ArgumentParser(prog="python -m protot.golden", description=main.__doc__.split(":", 1)[1])
+    ap.add_argument("name", help="a committed ProtoT of variant 'authors' under models/")
+    ap.add_argument("--split", default="validation")
+    ap.add_argument("--max-blocks", type=int, default=None, help="default: the whole split")
+    args = ap.parse_args(argv)
+    m = pretrained.load(args.name)
+    context = int(m.manifest["train_config"]["context"])
+    res = {"model": args.name, "trained_with": m.model.config.decay_arithmetic, "split": args.split,
+           "context": context, **decay_arithmetic_perplexity(m.model, args.split, context, max_blocks=args.max_blocks)}
+    print(json.dumps(res, indent=1))
+    return res
+
+
+if __name__ == "__main__":
+    main()
