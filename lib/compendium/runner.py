@@ -13,7 +13,10 @@ The kernel's environment carries the run folder (``COMPENDIUM_RUN_DIR``), the no
 from __future__ import annotations
 
 import ast
+import errno
 import os
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +36,71 @@ KERNEL_ENV = {
 }
 #: Parameters the runner sets itself, from --profile / --seed / --device.
 RESERVED = {"PROFILE": "--profile", "SEED": "--seed", "DEVICE": "--device"}
+
+
+class Terminated(KeyboardInterrupt):
+    """The runner received SIGTERM: handled as an interrupt (Ctrl-C) is, the notebook running then
+    recorded as failed ("terminated"), those after it as not run."""
+
+
+def _raise_on_sigterm():
+    """Make SIGTERM raise :class:`Terminated` in this process (main thread only); returns what
+    :func:`_restore_sigterm` needs to put the previous handler back."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise Terminated("terminated (SIGTERM)")
+
+    return (signal.signal(signal.SIGTERM, handler),)
+
+
+def _restore_sigterm(previous) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous[0])
+
+
+#: errno values of a write that stopped for want of room: the disk, the quota, the file-size limit.
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _settle_output(output: Path) -> str:
+    """Remove the executed copy ``output`` when it is not a whole notebook (a write cut short by a
+    full disk or a kill); returns a note for the status entry ("" when it is whole or absent)."""
+    import nbformat
+
+    if not output.exists():
+        return ""
+    try:
+        nbformat.read(output, as_version=4)
+        return ""
+    except Exception:  # noqa: BLE001 (truncated JSON, or not a notebook)
+        output.unlink(missing_ok=True)
+        return f"\n  the executed copy {paths.display(output)} was cut short and has been removed"
+
+
+def _record(run_dir: Path, name: str, executed: Path, **entry: Any) -> None:
+    """:func:`compendium.runs.set_status`; where that write stops for want of room, the executed copy
+    (the largest file this notebook made) is removed and the notebook recorded as failed, "disk
+    full", so that status.json never keeps saying "running"."""
+    try:
+        runs.set_status(run_dir, name, **entry)
+        return
+    except runs.RunFolderError as err:
+        if err.errno not in _NO_ROOM:
+            raise
+        first = err
+    removed = executed.exists()
+    executed.unlink(missing_ok=True)
+    ended = "failed" if entry.get("status") == runs.FAILED else "ran to its end"
+    entry = {**entry, "status": runs.FAILED, "reason": "disk full", "output": None,
+             "error": f"{entry.get('error') or f'notebook {name!r} {ended}'}\n  disk full: its status could not be "
+                      "recorded (" + str(first) + ")" + ("; its executed copy was removed to make room" if removed else "")}
+    try:
+        runs.set_status(run_dir, name, **entry)
+    except runs.RunFolderError as again:
+        raise runs.RunFolderError(f"{again}: notebook {name!r} {ended}, and status.json could not record it "
+                                  "even after its executed copy was removed; free some space", again.errno) from first
 
 
 class NotebookFailed(RuntimeError):
@@ -318,6 +386,8 @@ def run_notebook(
     runs.set_status(run_dir, name, status=runs.RUNNING, parameters=params)
     start = time.perf_counter()
     failure: NotebookFailed | None = None
+    reason: str | None = None  # "disk full", "terminated", ...: what status.json and the summary say first
+    previous = _raise_on_sigterm()
     try:
         papermill.execute_notebook(
             nb, str(output), parameters=params, kernel_name="python3", progress_bar=progress,
@@ -327,21 +397,37 @@ def run_notebook(
     except PapermillExecutionError as err:
         cell, first_line = _source_cell(name, output, err.exec_count)
         detail = f"{err.ename}: {err.evalue}" + (f"\n  cell starts: {first_line}" if first_line else "")
+        if any(f"[Errno {code}]" in str(err.evalue) for code in (errno.ENOSPC, errno.EDQUOT)):
+            reason, detail = "disk full", f"disk full: {detail}"
         failure = NotebookFailed(name, cell, detail, output)
-    except KeyboardInterrupt:
-        runs.set_status(run_dir, name, status=runs.FAILED, seconds=round(time.perf_counter() - start, 1),
-                        error="interrupted (KeyboardInterrupt)", parameters=params,
-                        files=runs.written_between(before, runs.snapshot(run_dir)))
+    except KeyboardInterrupt as err:
+        reason = "terminated" if isinstance(err, Terminated) else "interrupted"
+        note = _settle_output(output)
+        _record(run_dir, name, output, status=runs.FAILED, reason=reason,
+                seconds=round(time.perf_counter() - start, 1),
+                error=("terminated (SIGTERM)" if reason == "terminated" else "interrupted (KeyboardInterrupt)") + note,
+                output=paths.display(output) if output.exists() else None, parameters=params,
+                files=runs.written_between(before, runs.snapshot(run_dir)))
         raise
-    except Exception as err:  # a dead kernel (DeadKernelError, RuntimeError), a timeout, ...
-        failure = NotebookFailed(name, None, f"{type(err).__name__}: {str(err).strip() or 'no message'}", output)
+    except Exception as err:  # a dead kernel (DeadKernelError, RuntimeError), a timeout, a full disk, ...
+        if isinstance(err, OSError) and err.errno in _NO_ROOM:
+            problem = runs.write_problem(err)
+            reason = "disk full" if problem.startswith("disk full") else problem.split(" (")[0]
+            detail = f"{problem} while writing the executed notebook ({type(err).__name__}: {err})"
+        else:
+            detail = f"{type(err).__name__}: {str(err).strip() or 'no message'}"
+        failure = NotebookFailed(name, None, detail, output)
+    finally:
+        _restore_sigterm(previous)
     seconds = time.perf_counter() - start
-    runs.set_status(
-        run_dir, name,
+    note = _settle_output(output) if failure else ""
+    _record(
+        run_dir, name, output,
         status=runs.FAILED if failure else runs.COMPLETED,
+        **({"reason": reason} if failure and reason else {}),
         seconds=round(seconds, 1),
-        error=str(failure) if failure else None,
-        output=paths.display(output),
+        error=str(failure) + note if failure else None,
+        output=paths.display(output) if output.exists() else None,
         parameters=params,
         files=runs.written_between(before, runs.snapshot(run_dir)),
     )
@@ -397,6 +483,7 @@ def run_many(
     failed: list[NotebookFailed] = []
     bar = tqdm(todo, desc="notebooks", unit="nb")
     stopped = False
+    previous = _raise_on_sigterm()
     try:
         for name in bar:
             if stopped:
@@ -413,12 +500,20 @@ def run_many(
                 tqdm.write(f"FAIL  {err}")
                 if not keep_going:
                     stopped = True
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
+        import contextlib
+
         seen = runs.read_status(run_dir)
-        for name in todo:
-            if name not in seen:
-                runs.set_status(run_dir, name, status=runs.NOT_RUN)
+        why = "terminated" if isinstance(err, Terminated) else "interrupted"
+        with contextlib.suppress(runs.RunFolderError):  # the interrupt goes on, whatever can be recorded
+            for name in todo:
+                if name not in seen:
+                    runs.set_status(run_dir, name, status=runs.NOT_RUN)
+                elif seen[name].get("status") == runs.RUNNING:  # stopped before it could record its end
+                    runs.set_status(run_dir, name, status=runs.FAILED, reason=why, parameters=seen[name].get("parameters"),
+                                    error=f"{why} ({'SIGTERM' if why == 'terminated' else 'KeyboardInterrupt'})")
         raise
     finally:
+        _restore_sigterm(previous)
         bar.close()
     return done, failed

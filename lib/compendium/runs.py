@@ -159,7 +159,31 @@ def set_status(run: Path, name: str, **entry: Any) -> None:
         entry["sha256"] = integrity.hash_files(run, entry["files"])
     status = read_json(Path(run) / "status.json")
     status.setdefault("notebooks", {})[name] = entry
-    atomic.write_json(Path(run) / "status.json", status)
+    try:
+        atomic.write_json(Path(run) / "status.json", status)
+    except OSError as err:  # the old status.json stays whole: the write is atomic
+        raise RunFolderError(f"cannot write {paths.display(Path(run) / 'status.json')}: {write_problem(err)}",
+                             err.errno) from err
+
+
+class RunFolderError(RuntimeError):
+    """A file of a run folder could not be written (a full disk, a file-size limit, a read-only
+    folder); the message names the file and the cause, ``errno`` is the system's error number."""
+
+    def __init__(self, message: str, errno: int | None = None):
+        super().__init__(message)
+        self.errno = errno
+
+
+def write_problem(err: OSError) -> str:
+    """What stopped a write, in words: ``disk full (...)`` for ENOSPC and EDQUOT."""
+    import errno
+
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "disk full (" + ("no space left on the device" if err.errno == errno.ENOSPC else "disk quota exceeded") + ")"
+    words = {errno.EFBIG: "file too large (the file-size limit, ulimit -f, was reached)",
+             errno.EROFS: "read-only file system", errno.EACCES: "permission denied"}
+    return words.get(err.errno, f"{type(err).__name__}: {err.strerror or err}")
 
 
 def snapshot(run: Path) -> dict[str, tuple[int, int]]:
