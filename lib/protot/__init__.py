@@ -9,7 +9,8 @@ model
     protot.golden           the golden cases of the authors' mixer
     protot.models           ProtoT + LLaMA / DeltaNet / Mamba baselines; build_model, count_parameters
                             (protot.models.protot, .protot_authors, .llama, .deltanet, .mamba,
-                            .selective_scan, .common, .loss)
+                            .selective_scan, .common, .loss; .library_maps: the name maps
+                            onto transformers' and fla's modules)
 training
     protot.train            tokenizer, packing, config, trainer, checkpoint, evaluate, split_eval,
                             sweep, pretrained, gpu, pilot (protot.train.<name>)
