@@ -106,3 +106,16 @@ def test_disentanglement_fails_where_the_prototypes_lead_only_by_their_encoding(
                              cov=dict(p=0.5, h=0.1, s=0.9, p0=0.45, h0=0.0, s0=0.2)).values
     assert u["coverage_excess_margin"] == pytest.approx(0.05 - 0.7)
     assert _verdict("protot/disentanglement-coverage", u) == claims.DOES_NOT_HOLD
+
+
+# --- accpp/multilingual-component-reuse ------------------------------------------------------------
+def test_component_reuse_fails_where_signals_are_no_more_language_specific():
+    """The removed condition (reuse_gap > 0, true by construction) would pass here; the specificity
+    gap, whose whole interval lies below 0, fails the claim."""
+    claim = claims.get_claim("accpp/multilingual-component-reuse")
+    assert [c.quantity for c in claim.check.conditions] == ["specificity_gap"]
+    base = dict(min_language_accuracy=0.9, n_parallel_prompts=30, reuse_gap=0.33)
+    assert _verdict(claim.key, {**base, "specificity_gap": -0.2, "specificity_gap_ci_low": -0.3,
+                                "specificity_gap_ci_high": -0.1}) == claims.DOES_NOT_HOLD
+    assert _verdict(claim.key, {**base, "specificity_gap": 0.2, "specificity_gap_ci_low": 0.1,
+                                "specificity_gap_ci_high": 0.3}) == claims.HOLDS
