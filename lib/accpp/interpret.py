@@ -366,12 +366,21 @@ def _read_docs(path) -> Iterator[str]:
                 yield json.loads(line)["text"]
 
 
+def project_corpus(spec: CorpusSpec) -> list:
+    """The corpus files ``spec`` names, each checked to hold records of the corpus's schema
+    (:func:`compendium.data.check_records`: an empty or malformed file is refused naming the line)."""
+    from compendium import data
+
+    files = data.corpus_files(spec.lang, spec.sources)
+    for f in files:
+        data.check_records(f)
+    return files
+
+
 def corpus_windows(tokenizer, spec: CorpusSpec, files=None) -> Iterator[list[int]]:
     """Windows of ``spec.window`` token ids, streamed: documents of the files in turn (one from each
     file, then the next from each), at most ``spec.per_doc`` non-overlapping windows per document."""
-    from compendium import data
-
-    files = list(files) if files is not None else data.corpus_files(spec.lang, spec.sources)
+    files = list(files) if files is not None else project_corpus(spec)
     readers = [_read_docs(f) for f in files]
     n = 0
     while readers and n < spec.n_windows:
@@ -410,7 +419,7 @@ def top_contexts(model, tokenizer, arch, signals: Sequence[Signal], spec: Corpus
                  files=None, cache: bool = True) -> TopContexts:
     """Top-``k`` contexts of every signal over the streamed corpus, a random reservoir of ``n_random``
     contexts, and the corpus token counts (see the module docstring). Cached when ``cache``."""
-    from compendium import data, paths
+    from compendium import paths
     from compendium.atomic import write_text
 
     if k < 2 or n_heldout < 1 or 2 * n_heldout > k + 1:
@@ -418,7 +427,7 @@ def top_contexts(model, tokenizer, arch, signals: Sequence[Signal], spec: Corpus
                          "contexts are the odd ranks)")
     if n_random < n_heldout:
         raise ValueError(f"n_random={n_random} must be >= n_heldout={n_heldout}")
-    files = list(files) if files is not None else data.corpus_files(spec.lang, spec.sources)
+    files = list(files) if files is not None else project_corpus(spec)
     path = paths.cache_dir() / "interpret" / f"{_cache_key(model, arch, signals, spec, files, k, n_random, seed)}.json"
     if cache and path.exists():
         return TopContexts.from_json(json.loads(path.read_text(encoding="utf-8")))

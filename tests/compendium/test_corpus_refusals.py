@@ -106,3 +106,19 @@ def test_an_empty_wikitext_is_refused_naming_it(tmp_path, monkeypatch):
     monkeypatch.setenv("COMPENDIUM_DATA", str(root))
     with pytest.raises(data.CorpusFileError, match="en_eval_wikitext2_test.raw.gz: holds no text"):
         data.load_wikitext2_test()
+
+
+def test_the_circuit_tracers_corpus_reader_refuses_the_same(corpus):
+    from accpp import interpret
+
+    class Tok:
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": list(range(len(text.split())))}
+
+    spec = interpret.CorpusSpec(n_windows=4, window=4, min_pos=1, sources=("nltk_brown",))
+    corpus([GOOD, {k: v for k, v in GOOD.items() if k != "text"}])
+    with pytest.raises(data.CorpusFileError, match=r"^data/corpus/en/nltk_brown\.jsonl\.gz line 2: no field text"):
+        list(interpret.corpus_windows(Tok(), spec))
+    corpus(b"")
+    with pytest.raises(data.CorpusFileError, match="holds no record"):
+        interpret.project_corpus(spec)

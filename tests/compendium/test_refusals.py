@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -177,6 +176,24 @@ def test_a_disk_full_even_for_the_run_folder_is_a_message(kernel_root, capsys, m
     err = capsys.readouterr().err
     assert "compendium run: cannot make a run folder in build/runs: disk full (no space left on the device)" in err
     assert "Traceback" not in err
+
+
+def test_a_disk_full_inside_a_cell_says_disk_full(kernel_root, capsys, monkeypatch):
+    """A notebook's own write (a figure, a result) stopped by a full disk: failed, "disk full"."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    def execute(nb, output, **kw):
+        Path(output).write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+        raise PapermillExecutionError(3, 2, "savefig(fig)", "OSError", "[Errno 28] No space left on device: 'a.png'", [])
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute)
+    code, out, err, run = _run(capsys, "01_good")
+    entry = runs.read_status(run)["demo/01_good"]
+    assert code == 1 and entry["status"] == "failed" and entry["reason"] == "disk full"
+    assert "disk full: OSError: [Errno 28] No space left on device: 'a.png'" in entry["error"]
+    assert entry["output"] == f"build/runs/{run.name}/notebooks/demo/01_good.ipynb"  # whole: kept
+    assert "failed: disk full demo/01_good" in out
 
 
 # -- real kernels: a file-size limit, SIGTERM ---------------------------------------------------------
