@@ -54,10 +54,12 @@ def short_statement(text: str, limit: int = 90) -> str:
     """A claim's statement for a summary row or a board: its first sentence, parenthetical asides
     (`` (...)``) left out, cut at a word boundary to at most ``limit`` characters (``…`` marks a cut)."""
     text = " ".join(str(text).split())
-    first = re.split(r"(?<=[.!?])\s+(?=[A-Z])", text, maxsplit=1)[0]
+    first = re.split(r"(?<![.\s][a-z]\.)(?<=[.!?])\s+(?=[A-Z])", text, maxsplit=1)[0]   # not after "e.g."
     prev = None
     while prev != first:                                   # innermost asides first
         prev, first = first, re.sub(r"\s\([^()]*\)", "", first)
+    if " (" in first and first.count("(") > first.count(")"):   # an aside the cut left open
+        first = first[:first.rindex(" (")]
     first = re.sub(r"\s+([,.:;])", r"\1", first).strip()
     if len(first) <= limit:
         return first
@@ -80,8 +82,11 @@ class Units:
 
     @property
     def short(self) -> str:
-        """For a cell: each count with the last word of its noun (``67 contexts``), at most two."""
-        return ", ".join(f"{_count(n)} {_head(noun)}" for n, noun, _ in self.items[:2])
+        """For a cell: the first count, with the head word of a registered noun (``67 contexts`` for
+        ``67 validation contexts``), and how many more counts the full text names."""
+        n, noun, _ = self.items[0]
+        more = f" +{len(self.items) - 1}" if len(self.items) > 1 else ""
+        return f"{_count(n)} {_head(noun) if self.source == 'min_units' else noun}{more}"
 
     @property
     def where(self) -> str:
@@ -143,6 +148,9 @@ def _names(raw: Any) -> tuple[str, ...]:
         return (_model_name(raw),)
     if isinstance(raw, list):
         return tuple(_model_name(x) for x in raw if isinstance(x, str))
+    if isinstance(raw, dict) and isinstance(raw.get("size"), str):   # {size, num_hidden_layers}: a built model
+        layers = raw.get("num_hidden_layers")
+        return (f"{raw['size']} size" + (f", {layers} layers" if layers else ""),)
     if isinstance(raw, dict):                    # {display name: "models/<name>: description"}
         vals = [v for v in raw.values() if isinstance(v, str)]
         return tuple(_model_name(v) for v in vals) if vals else tuple(str(k) for k in raw)
@@ -153,6 +161,9 @@ def models_of(claim: checks.Claim, entry: dict | None, profile: str) -> tuple[st
     """The model(s) a result was measured on (module docstring); () when none is named."""
     config = entry.get("config") if entry and isinstance(entry.get("config"), dict) else {}
     protocol = claim.protocol_for(profile)
+    train = config.get("train")
+    if isinstance(train, dict) and isinstance(train.get("arch"), str):   # a model the notebook trained itself
+        return (f"{train['arch']} {train.get('size', '')}".strip() + " (trained here)",)
     for sizes in (config, protocol):
         for key in ("model", "models"):
             found = _names(sizes.get(key))

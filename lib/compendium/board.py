@@ -28,9 +28,10 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from compendium import claims as _claims
-from compendium import integrity, profiles, tables
+from compendium import basis, integrity, profiles, tables
 
 FIGURE_NAME = "verdict_board.png"
+SHORT_STATEMENT = 34                             # characters of a row's statement on the board
 NOT_JUDGED = _claims.NOT_JUDGED
 NOT_RUN = _claims.NOT_RUN
 STATUSES = (_claims.HOLDS, _claims.DOES_NOT_HOLD, _claims.INCONCLUSIVE, _claims.MEASURED_ONLY, NOT_JUDGED, NOT_RUN)
@@ -51,7 +52,7 @@ LOOKS = {
     _claims.DOES_NOT_HOLD: Look("fails", "\u2717", "#b8322a", "#ffffff"),
     _claims.INCONCLUSIVE: Look("inconclusive", "?", "#e8a317", "#1d1d1d"),
     _claims.MEASURED_ONLY: Look("measured", "\u2261", "#4f6f9a", "#ffffff"),
-    NOT_JUDGED: Look("not-judged", "\u2013", "#c9c9c9", "#1d1d1d"),
+    NOT_JUDGED: Look("not-judged", "\u2013", "#e2e2e2", "#5f5f5f"),   # greyed: its value, under an earlier check
     NOT_RUN: Look("not-run", "\u00b7", "#ffffff", "#6b6b6b"),
 }
 
@@ -67,6 +68,37 @@ class Cell:
     point: str = ""                              # why the check's main quantity has no interval
     reason: str = ""
     marks: tuple[str, ...] = ()                  # e.g. the value's notebook failed in the last publish
+    plain: str = ""                              # the value without its unit (the cell's text)
+    units: str = ""                              # what the value rests on, short ("67 contexts")
+    units_full: str = ""                         # in full, with where the count comes from
+    models: tuple[str, ...] = ()                 # the model(s) it was measured on
+    failing: tuple[str, ...] = ()                # what failed (or is undecided), from judge.derive's outcomes
+    odds: str = ""                               # why it is at odds with the other profile's verdict
+
+    @property
+    def model(self) -> str:
+        """The model for the cell: the first, and how many more."""
+        return basis.models_text(self.models)
+
+    @property
+    def measured(self) -> str:
+        """The value and the units it rests on (``0.629 \u00b7 8 circuits``); "" when not run."""
+        if self.status == NOT_RUN:
+            return ""
+        value = self.plain or self.value
+        value = value if len(value) <= 12 else value[:11] + "\u2026"
+        return " \u00b7 ".join(x for x in (value, self.units) if x)
+
+    @property
+    def detail(self) -> str:
+        """Value, units and model on one line (``0.629 \u00b7 8 circuits \u00b7 smollm2-135m``); the HTML
+        board puts the model on a line of its own."""
+        return " \u00b7 ".join(x for x in (self.measured, self.model if self.measured else "") if x)
+
+    @property
+    def flags(self) -> str:
+        """The marks after the verdict: \u26a0 (a mark to read), \u2260 (at odds with the other profile)."""
+        return ("\u26a0" if self.marks else "") + ("\u2260" if self.odds else "")
 
     @property
     def look(self) -> Look:
@@ -82,6 +114,11 @@ class Cell:
             lines.append(f"measured: {self.value}")
             lines.append(f"95% interval: {self.interval[0]} to {self.interval[1]}" if self.interval
                          else f"no interval: {self.point}" if self.point else "95% interval: none recorded")
+            lines.append(f"rests on: {self.units_full}" if self.units_full else "rests on: no count recorded")
+            lines.append(f"model: {', '.join(self.models)}" if self.models else "model: none named")
+        lines.extend(self.failing)
+        if self.odds:
+            lines.append(f"\u2260 {self.odds}")
         if self.reason:
             reason = " ".join(self.reason.replace("`", "").split())
             lines.append(reason if len(reason) <= 600 else reason[:599] + "\u2026")
@@ -95,6 +132,12 @@ class Row:
     statement: str
     notebook: str | None
     cells: dict[str, Cell]
+    own: bool = False                            # the compendium's own claim, not the paper's
+
+    @property
+    def short(self) -> str:
+        """The statement as the board shows it (:func:`compendium.basis.short_statement`)."""
+        return basis.short_statement(self.statement, SHORT_STATEMENT)
 
 
 @dataclass(frozen=True)
@@ -122,7 +165,8 @@ def status_of(entry: dict | None) -> str:
     return status
 
 
-def _cell(claim: _claims.Claim, profile: str, entry: dict | None, published: dict) -> Cell:
+def _cell(claim: _claims.Claim, profile: str, entry: dict | None, published: dict,
+          other: tuple[str, dict | None] | None = None) -> Cell:
     status = status_of(entry)
     if entry is None:
         # a published result deleted: never "not run" (compendium.integrity)
@@ -133,11 +177,17 @@ def _cell(claim: _claims.Claim, profile: str, entry: dict | None, published: dic
     # the main quantity's outcome (absent when it was not measured, see compendium.judge)
     main = next((c for c in entry.get("conditions") or [] if claim.check and c.get("quantity") == claim.check.quantity), {})
     interval = main.get("interval_values")
+    units = basis.units_of(claim, entry, profile)
     return Cell(claim.id, profile, status, value=_claims._fmt(entry.get("value"), entry.get("unit") or claim.unit or ""),
+                plain=_claims._fmt(entry.get("value")),
                 interval=None if not interval else (_claims._fmt(interval[0]), _claims._fmt(interval[1])),
                 point=(claim.check.point or "") if claim.check else "",
                 reason=str(entry.get("reason") or ""),
-                marks=tuple(tables._marks(claim, profile, entry, published)))
+                marks=tuple(tables._marks(claim, profile, entry, published)),
+                units="" if units is None else units.short,
+                units_full="" if units is None else f"{units.text} ({units.where})",
+                models=basis.models_of(claim, entry, profile), failing=tuple(basis.failing(entry)),
+                odds=basis.disagreement(claim, entry, other[1], other[0]) if other else "")
 
 
 def build(paper: str, results: dict[str, dict[str, dict]] | None = None, published: dict | None = None) -> Board:
@@ -147,8 +197,14 @@ def build(paper: str, results: dict[str, dict[str, dict]] | None = None, publish
     rec = tables.read_results(paper) if results is None else results
     published = tables.read_published(paper) if published is None else published
     names = tuple(profiles.PROFILES)
+
+    def other(claim_id: str, prof: str) -> tuple[str, dict | None] | None:
+        there = next((x for x in names if x != prof), None)
+        return None if there is None else (there, rec.get(claim_id, {}).get(there))
+
     rows = tuple(Row(c.id, c.statement, c.notebook,
-                     {prof: _cell(c, prof, rec.get(c.id, {}).get(prof), published) for prof in names})
+                     {prof: _cell(c, prof, rec.get(c.id, {}).get(prof), published, other(c.id, prof)) for prof in names},
+                     own=basis.is_own(c))
                  for c in p.claims.values())
     return Board(paper=paper, title=p.title, profiles=names, rows=rows)
 
@@ -170,16 +226,29 @@ STYLE = """
 .verdict-board .vb-scroll{overflow-x:auto;max-width:100%}
 .verdict-board table.vb-table{border-collapse:separate;border-spacing:2px;width:auto;table-layout:auto;margin:0;border:0;font-size:13px}
 .verdict-board table.vb-table th,.verdict-board table.vb-table td{white-space:nowrap;word-break:normal;overflow-wrap:normal;
-padding:1px 8px;line-height:1.35;border:0;text-align:left;vertical-align:middle;max-width:none}
+padding:1px 5px;line-height:1.2;border:0;text-align:left;vertical-align:middle;max-width:none}
 .verdict-board table.vb-table thead th{font-weight:600;font-size:12px}
-.verdict-board table.vb-table th.vb-claim{font-weight:500;font-family:var(--pst-font-family-monospace,ui-monospace,monospace);font-size:12px}
-.verdict-board table.vb-table td.vb-notebook{font-family:var(--pst-font-family-monospace,ui-monospace,monospace);font-size:12px}
-.verdict-board table.vb-table td.vb-cell{min-width:7.5em;border-radius:3px}
+.verdict-board table.vb-table th.vb-claim{font-weight:500;font-family:var(--pst-font-family-monospace,ui-monospace,monospace);font-size:11px}
+.verdict-board table.vb-table td.vb-notebook{font-family:var(--pst-font-family-monospace,ui-monospace,monospace);font-size:11px}
+.verdict-board table.vb-table td.vb-cell{min-width:8.5em;border-radius:3px;font-size:12px}
 .verdict-board a{text-underline-offset:.22em}
 .verdict-board table.vb-table td.vb-cell a{color:inherit;text-decoration:none;display:block}
 .verdict-board table.vb-table td.vb-cell a:hover{text-decoration:underline}
 .verdict-board .vb-not-run{outline:1px dashed #9a9a9a;outline-offset:-1px}
+.verdict-board .vb-statement,.verdict-board .vb-detail{display:block;font-size:10px;font-weight:400;line-height:1.15}
+.verdict-board .vb-statement{font-family:var(--pst-font-family-base,system-ui,sans-serif);opacity:.8}
+.verdict-board .vb-detail{opacity:.92}
+.verdict-board .vb-verdict{display:block}
+.verdict-board .vb-flags{font-weight:700}
+.verdict-board .vb-own{font-family:var(--pst-font-family-base,system-ui,sans-serif);font-size:10px;font-weight:600;
+padding:0 4px;border-radius:3px;border:1px solid currentColor;margin-left:4px;opacity:.85}
+.verdict-board td.vb-cell[data-odds]{box-shadow:inset 0 0 0 2px #6a1b9a}
 """.strip().replace("\n", " ")
+
+
+#: what the marks of a cell and a row say (the legend of the HTML board and of the PNG)
+KEYS = ("\u26a0 a mark to read (hover)", "\u2260 at odds with the other profile",
+        f"{basis.OWN_LABEL}: the compendium's, not the paper's", "value \u00b7 n units \u00b7 model")
 
 
 def _style_rules() -> str:
@@ -219,30 +288,45 @@ def to_html(b: Board, *, claims_page: str = "", notebooks_base: str = "../notebo
            f'<p class="vb-title">Verdict board: {html.escape(b.title)}</p>',
            f'<p class="vb-summary">{html.escape(summary_text(b))}</p>',
            '<ul class="vb-legend">' + "".join(
-               f'<li class="vb-{LOOKS[s].css}">{LOOKS[s].symbol} {html.escape(s)}</li>' for s in STATUSES) + "</ul>",
+               f'<li class="vb-{LOOKS[s].css}">{LOOKS[s].symbol} {html.escape(s)}</li>' for s in STATUSES)
+           + "".join(f'<li class="vb-key">{html.escape(k)}</li>' for k in KEYS) + "</ul>",
            '<div class="vb-scroll"><table class="vb-table">',
-           f'<thead><tr><th scope="col" class="vb-claim">claim</th>{head}<th scope="col">notebook</th></tr></thead>',
+           f'<thead><tr><th scope="col" class="vb-claim">claim</th>{head}<th scope="col" title="notebook">nb</th></tr></thead>',
            "<tbody>"]
     for r in b.rows:
         target = f"{claims_page}#{anchor(r.claim)}"
         cells = []
         for prof in b.profiles:
             c = r.cells[prof]
-            mark = " \u26a0" if c.marks else ""
+            flags = f' <span class="vb-flags">{c.flags}</span>' if c.flags else ""
+            detail = "".join(f'<span class="vb-detail">{html.escape(x)}</span>' for x in (c.measured, c.model if c.measured else "") if x)
+            odds = ' data-odds="1"' if c.odds else ""
             cells.append(f'<td class="vb-cell vb-{c.look.css}" data-status="{html.escape(c.status, quote=True)}" '
-                         f'data-profile="{html.escape(prof, quote=True)}" title="{html.escape(c.hover, quote=True)}">'
-                         f"{_a(target, f'{c.look.symbol} {c.status}{mark}')}</td>")
+                         f'data-profile="{html.escape(prof, quote=True)}"{odds} title="{html.escape(c.hover, quote=True)}">'
+                         f'<a href="{html.escape(target, quote=True)}"><span class="vb-verdict">'
+                         f"{html.escape(f'{c.look.symbol} {c.status}')}{flags}</span>{detail}</a></td>")
         if not r.notebook:
-            nb = '<span class="vb-none">not yet covered</span>'
+            nb = '<span class="vb-none" title="not yet covered">\u2014</span>'
         elif notebooks is None or r.notebook in notebooks:
-            nb = _a(f"{notebooks_base}{r.notebook}.html", r.notebook)
+            nb = _a(f"{notebooks_base}{r.notebook}.html", notebook_label(r.notebook), r.notebook)
         else:
-            nb = html.escape(r.notebook)
-        out.append(f'<tr data-claim="{html.escape(r.claim, quote=True)}">'
-                   f'<th scope="row" class="vb-claim">{_a(target, r.claim, r.statement)}</th>'
+            nb = f'<span title="{html.escape(r.notebook, quote=True)}">{html.escape(notebook_label(r.notebook))}</span>'
+        own = f' <span class="vb-own">{basis.OWN_LABEL}</span>' if r.own else ""
+        own_attr = ' data-own="1"' if r.own else ""
+        out.append(f'<tr data-claim="{html.escape(r.claim, quote=True)}"{own_attr}>'
+                   f'<th scope="row" class="vb-claim">{_a(target, r.claim, r.statement)}{own}'
+                   f'<span class="vb-statement">{html.escape(r.short)}</span></th>'
                    + "".join(cells) + f'<td class="vb-notebook">{nb}</td></tr>')
     out += ["</tbody></table></div>", "</div>"]
     return "\n".join(out)
+
+
+def notebook_label(name: str) -> str:
+    """A notebook as the board's narrow column names it: its number (``04`` for
+    ``accpp/04_signal_interventions``; the whole name is the link's title), else its name."""
+    stem = name.rsplit("/", 1)[-1]
+    number = re.match(r"(\d+)_", stem)
+    return number.group(1) if number else stem
 
 
 def html_for(paper: str, **links) -> str:
@@ -252,29 +336,38 @@ def html_for(paper: str, **links) -> str:
 
 # -- the static figure -----------------------------------------------------------------------------
 def figure(b: Board):
-    """The board drawn with matplotlib (no pyplot: no global figure state): one row per claim,
-    one column per profile, the verdict's colour and word in each cell."""
+    """The board drawn with matplotlib (no pyplot: no global figure state): one row per claim (its
+    id, marked when it is the compendium's own, over its short statement), one column per profile,
+    each cell the verdict's colour and word with its marks, over the value, units and model."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch, Rectangle
 
     n = len(b.rows)
-    width, row, top, bottom = 7.2, 0.27, 0.72, 0.62          # inches: rows, title + profile names, legend
+    width, row, top, bottom = 10.0, 0.42, 0.72, 0.95          # inches: rows, title + profile names, legend
     height = top + row * n + bottom
     fig = Figure(figsize=(width, height), dpi=150)
-    ax = fig.add_axes((0.36, bottom / height, 0.62, row * n / height))
+    left = 0.40
+    ax = fig.add_axes((left, bottom / height, 0.985 - left, row * n / height))
     for y, r in enumerate(b.rows):
+        own = f"  [{basis.OWN_LABEL}]" if r.own else ""
+        ax.text(-0.03, y + 0.36, r.claim + own, ha="right", va="center", fontsize=8.5, family="monospace",
+                transform=ax.transData, color="#1d1d1d")
+        ax.text(-0.03, y + 0.72, r.short, ha="right", va="center", fontsize=6.8, color="#505050")
         for x, prof in enumerate(b.profiles):
             c = r.cells[prof]
-            ax.add_patch(Rectangle((x + 0.03, y + 0.06), 0.94, 0.88, facecolor=c.look.background,
-                                   edgecolor="#9a9a9a" if c.status == NOT_RUN else "none",
-                                   linestyle="--", linewidth=0.8))
-            ax.text(x + 0.5, y + 0.5, f"{c.look.symbol} {c.status}" + (" \u26a0" if c.marks else ""),
-                    ha="center", va="center", fontsize=8.5, color=c.look.text)
+            ax.add_patch(Rectangle((x + 0.03, y + 0.05), 0.94, 0.9, facecolor=c.look.background,
+                                   edgecolor="#6a1b9a" if c.odds else "#9a9a9a" if c.status == NOT_RUN else "none",
+                                   linestyle="-" if c.odds else "--", linewidth=1.6 if c.odds else 0.8))
+            flags = f" {c.flags}" if c.flags else ""
+            ax.text(x + 0.5, y + 0.36, f"{c.look.symbol} {c.status}{flags}", ha="center", va="center",
+                    fontsize=8.5, color=c.look.text, fontweight="bold" if c.status != NOT_JUDGED else "normal")
+            if c.detail:
+                ax.text(x + 0.5, y + 0.72, c.detail, ha="center", va="center", fontsize=6.8, color=c.look.text)
     ax.set_xlim(0, len(b.profiles))
     ax.set_ylim(n, 0)
     ax.set_xticks([x + 0.5 for x in range(len(b.profiles))], list(b.profiles), fontsize=9.5)
     ax.xaxis.tick_top()
-    ax.set_yticks([y + 0.5 for y in range(n)], [r.claim for r in b.rows], fontsize=9, family="monospace")
+    ax.set_yticks([])
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)
@@ -282,7 +375,8 @@ def figure(b: Board):
                  fontweight="bold", x=0.02, y=1 - 0.12 / height, ha="left", va="top")
     handles = [Patch(facecolor=LOOKS[s].background, edgecolor="#9a9a9a", label=f"{LOOKS[s].symbol} {s}")
                for s in STATUSES]
-    fig.legend(handles=handles, loc="lower center", ncols=3, fontsize=8, frameon=False)
+    handles += [Patch(facecolor="none", edgecolor="none", label=k) for k in KEYS]
+    fig.legend(handles=handles, loc="lower center", ncols=5, fontsize=7.5, frameon=False, handlelength=1.2)
     return fig
 
 

@@ -51,16 +51,19 @@ def _split_history(text: str) -> tuple[str, dict[str, tuple[str, list[str]]]]:
 
 
 def claims_page(text: str, names: set[str]) -> str:
-    """CLAIMS.md made to fit a page: each table becomes one block per claim (its first column),
-    with the values every row shares as a field list and the rest (one row per profile) as a
-    small table, then how its check was registered and its history (every earlier check and
-    verdict, dated, with the reason); notebook names link to their pages."""
+    """CLAIMS.md made to fit a page: each table of one row per claim and profile (it has a
+    ``profile`` column) becomes one block per claim (its first column), with the values every row
+    shares as a field list and the rest (one row per profile) as a small table, then how its check
+    was registered and its history (every earlier check and verdict, dated, with the reason);
+    notebook names link to their pages. The summary table (one short row per claim, no
+    ``profile`` column) stays a table."""
     text, history = _split_history(text)
     lines = text.splitlines()
     out: list[str] = []
     i = 0
     while i < len(lines):
-        if i + 1 < len(lines) and _ROW.match(lines[i]) and _ROW.match(lines[i + 1]) and _is_rule(_cells(lines[i + 1])):
+        if i + 1 < len(lines) and _ROW.match(lines[i]) and _ROW.match(lines[i + 1]) and _is_rule(_cells(lines[i + 1])) \
+                and "profile" in _cells(lines[i]):
             header = _cells(lines[i])
             rows = []
             i += 2

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from compendium import atomic, integrity, judge, paths, profiles, provenance
+from compendium import atomic, basis, integrity, judge, paths, profiles, provenance, tables_summary
 from compendium import claims as _claims
 
 PUBLISHED = "PUBLISHED.json"
@@ -185,6 +185,12 @@ def _verdict_cell(entry: dict | None, marks: list[str]) -> str:
             text += ": " + "; ".join(
                 f"the interval of {c['quantity']} ({_interval_text(c['interval_values'])}) straddles "
                 f"{_straddled(c)}" for c in undecided)
+        elif entry["verdict"] == _claims.DOES_NOT_HOLD:
+            # the conditions judge.derive found failed (their whole interval on the other side)
+            text += ": failed " + "; ".join(
+                f"`{c['quantity']} {c['op']} {basis._threshold(c)}` ({_claims._fmt(c.get('value'))}"
+                + (f", interval {_interval_text(c['interval_values'])}" if c.get("interval_values") else "") + ")"
+                for c in entry.get("conditions") or [] if not c.get("passed") and not c.get("undecided"))
         elif not entry.get("judged", True):
             text += f": {entry.get('reason', '')}"
     return "<br>".join([text, *marks])
@@ -238,17 +244,24 @@ def table_rows(paper: str, results: dict[str, dict[str, dict]] | None = None,
                 check += f" (not applied at {profile})"
             if claim.min_units is not None:
                 check += f"; judged on at least {claim.min_units.at_least} {claim.min_units.units}"
+            other = next((k for k in profiles.PROFILES if k != profile), None)
+            odds = basis.disagreement(claim, entry, entries.get(other), other) if profile and other else ""
+            units = basis.units_of(claim, entry, profile) if profile else None
             rows.append({
                 "id": claim.id,
                 "statement": claim.statement,
                 "where": claim.where,
                 "paper": _claims._fmt(claim.paper_value, claim.unit)
-                + ("" if claim.source == "paper" else f" ({claim.source})"),
+                + ("" if claim.source == "paper" else f" ({basis.OWN_LABEL})" if basis.is_own(claim)
+                   else f" ({claim.source})"),
                 "ours": _ours(claim, entry),
                 "profile": profile or "—",
                 "check": check,
                 "verdict": "<br>".join(["**missing**", missing[(claim.id, profile)], *_marks(claim, profile, None, published)])
-                if (claim.id, profile) in missing else _verdict_cell(entry, _marks(claim, profile, entry, published)),
+                if (claim.id, profile) in missing else _verdict_cell(entry, _marks(claim, profile, entry, published))
+                + (f"<br>{tables_summary.DISAGREES} {odds}" if odds else ""),
+                "units": "—" if units is None else f"{units.text} ({units.where})",
+                "model": ", ".join(basis.models_of(claim, entry, profile)) or "—" if entry else "—",
                 "notebook": claim.notebook or "not yet covered",
                 "revision": "—" if entry is None else provenance.short_revision(
                     (entry.get("provenance") or {}).get("git_revision")),
@@ -293,7 +306,8 @@ def build_table(paper: str, results: dict[str, dict[str, dict]] | None = None,
     from_disk = results is None
     results = read_results(paper) if from_disk else results  # a damaged results file is named first
     published = read_published(paper) if published is None else published
-    rows = table_rows(paper, results, published)
+    rec = read_results(paper) if results is None else results
+    rows = table_rows(paper, rec, published)
     lasts = last_publishes(published)
     lines = [
         f"# Claims: {p.title} (arXiv {p.arxiv})",
@@ -302,6 +316,15 @@ def build_table(paper: str, results: dict[str, dict[str, dict]] | None = None,
         "values the notebooks recorded in `results/`. Do not edit by hand. 'Ours' is what was measured at the",
         "profile shown: the `cpu` profile is a small-scale run and is not the paper's setting. The paper column",
         "marks values that come from a secondary source (a summary or review) rather than the paper itself.",
+        "",
+        "## Summary",
+        "",
+        *tables_summary.summary_lines(p, rec, {(r["id"], r["profile"]) for r in rows if "⚠" in r["verdict"]},
+                                      integrity.missing_results(paper, rec, published)),
+        "",
+        *tables_summary.LEGEND,
+        "",
+        "## Details per claim",
         "",
         LEGEND,
         "",
@@ -319,13 +342,13 @@ def build_table(paper: str, results: dict[str, dict[str, dict]] | None = None,
             lines.append(f"- `{prof}`: run `{last.get('run')}` ({scope}, revision {revision}, "
                          f"{last.get('time_utc', 'time unknown')}).")
         lines.append("")
-    cols = ("id", "statement", "where", "paper", "ours", "profile", "check", "verdict", "notebook", "revision")
-    lines += ["| claim | statement | where | paper | ours | profile | check | verdict | notebook | revision |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+    cols = ("id", "statement", "where", "paper", "ours", "profile", "check", "verdict", "units", "model", "notebook",
+            "revision")
+    lines += ["| claim | statement | where | paper | ours | profile | check | verdict | units | model | notebook | "
+              "revision |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append("| " + " | ".join(_cell(r[k]) for k in cols) + " |")
     notes = []
-    rec = read_results(paper) if results is None else results
     for claim in p.claims.values():
         for prof in profiles.PROFILES:
             e = rec.get(claim.id, {}).get(prof)

@@ -18,7 +18,8 @@ from compendium import claims as _claims
 #: the longest a summary row may be, in characters of Markdown
 ROW_LIMIT = 300
 STATEMENT_LIMIT = 72
-CELL_LIMIT = 78
+CELL_LIMIT = 88
+PAPER_LIMIT = 32
 UNIT_LIMIT = 14         # a longer unit is left out of the paper's value here (the details give it)
 DISAGREES = "\u2260"
 WARNING = "\u26a0"
@@ -42,9 +43,8 @@ def paper_value(claim: _claims.Claim) -> str:
     else:
         unit = claim.unit if len(claim.unit) <= UNIT_LIMIT else ""
         text = _claims._fmt(claim.paper_value, unit)
-    if basis.is_own(claim):
-        return text
-    return text if claim.source == "paper" else f"{text} ({claim.source})"
+    source = "" if basis.is_own(claim) or claim.source == "paper" else f" ({claim.source})"
+    return _clip(text, PAPER_LIMIT - len(source)) + source
 
 
 def verdict_cell(claim: _claims.Claim, profile: str, entry: dict | None, *, marked: bool = False,
@@ -87,6 +87,13 @@ def summary_lines(paper: _claims.Paper, rec: dict[str, dict[str, dict]], marked:
                                       missing=missing.get((claim.id, prof), ""),
                                       disagrees=basis.disagreement(claim, entries.get(prof), entries.get(other), other)))
         own = f" *{basis.OWN_LABEL}*" if basis.is_own(claim) else ""
-        row = [f"`{claim.id}`{own}", basis.short_statement(claim.statement, STATEMENT_LIMIT), paper_value(claim), *cells]
-        lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in row) + " |")
+        head, tail = [f"**{claim.id}**{own}"], [paper_value(claim), *cells]   # bold, not code: it may wrap at a hyphen
+        rest = len(_row(head + [""] + tail))            # the statement gets what the row has left
+        statement = basis.short_statement(claim.statement, max(24, min(STATEMENT_LIMIT, ROW_LIMIT - rest)))
+        lines.append(_row(head + [statement] + tail))
     return lines
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+

@@ -156,6 +156,11 @@ def fixture_book(tmp_path_factory):
     viewer.write_html(_tiny_circuit(), root / "papers" / "accpp" / "figures" / VIEWER_PAGE, title="tiny circuit",
                       tokens=["a", "b", "c"])
     _paper_profile_ledger(root)
+    env = {**os.environ, "COMPENDIUM_ROOT": str(root), "COMPENDIUM_OUTPUT": str(root / "build")}
+    # the claims tables and boards as the code builds them now, from the copied ledger
+    proc = subprocess.run([sys.executable, "-m", "compendium", "claims"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in NOTEBOOKS:
         (root / "notebooks" / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / "notebooks" / f"{name}.py", root / "notebooks" / f"{name}.py")
@@ -177,7 +182,6 @@ def fixture_book(tmp_path_factory):
     tour.cells[[c.cell_type for c in tour.cells].index("code")].outputs[0]["text"] = f"executed in {PAPER_RUN}\n"
     nbformat.write(tour, paper_run / "notebooks" / "00_tour.ipynb")
 
-    env = {**os.environ, "COMPENDIUM_ROOT": str(root), "COMPENDIUM_OUTPUT": str(root / "build")}
     proc = subprocess.run([sys.executable, "-m", "compendium.book", "--strict"], cwd=root, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -265,9 +269,45 @@ BOARDS = """() => Array.from(document.querySelectorAll('.verdict-board')).map(b 
           clipped: scroll.scrollWidth - scroll.clientWidth,
           rows: Array.from(b.querySelectorAll('tbody tr')).map(r => r.dataset.claim),
           cells: Array.from(b.querySelectorAll('td.vb-cell')).map(c => ({status: c.dataset.status, cls: c.className,
-                                                                      title: c.title})),
+                                                                      title: c.title, odds: !!c.dataset.odds,
+                                                                      verdict: c.querySelector('.vb-verdict').textContent,
+                                                                      detail: (c.querySelector('.vb-detail') || {}).textContent || ''})),
+          heads: Array.from(b.querySelectorAll('tbody th.vb-claim')).map(h => ({
+            own: !!h.closest('tr').dataset.own, badge: (h.querySelector('.vb-own') || {}).textContent || '',
+            statement: (h.querySelector('.vb-statement') || {}).textContent || ''})),
           links: Array.from(b.querySelectorAll('a')).map(a => a.href)};
 })"""
+
+
+# the summary table that opens a claims page (its header's first cell is "Claim"): its rows and its fit
+SUMMARY = """() => {
+  const t = Array.from(document.querySelectorAll('.bd-article table')).find(
+    t => (t.querySelector('thead th') || {}).textContent === 'Claim');
+  if (!t) return null;
+  const box = t.getBoundingClientRect(), art = document.querySelector('.bd-article').getBoundingClientRect();
+  let clipped = 0;
+  for (let e = t; e && !e.classList.contains('bd-article'); e = e.parentElement)
+    clipped = Math.max(clipped, e.scrollWidth - e.clientWidth);
+  return {right: box.right, article_right: art.right + 1, clipped: clipped,
+          head: Array.from(t.querySelectorAll('thead th')).map(h => h.textContent.trim()),
+          rows: Array.from(t.querySelectorAll('tbody tr')).map(r => Array.from(r.cells).map(c => c.textContent.trim()))};
+}"""
+
+
+def check_summary(page, rel: str, paper: str) -> None:
+    """The claims page of ``paper`` opens with the summary table: a row per claim of claims.yaml, in
+    its order, own claims marked as such alone, a verdict per profile, the whole table inside the
+    text column (no sideways scroll)."""
+    from compendium import basis, profiles
+
+    found = page.evaluate(SUMMARY)
+    assert found, f"{rel}: no summary table (its header starting with 'Claim')"
+    items = yaml.safe_load((ROOT / "papers" / paper / "claims.yaml").read_text())["claims"]
+    assert found["head"][-len(profiles.PROFILES):] == list(profiles.PROFILES)
+    assert [r[0].split()[0] for r in found["rows"]] == [c["id"] for c in items], f"{rel}: summary rows"
+    assert [basis.OWN_LABEL in r[0] for r in found["rows"]] == [c.get("source") == basis.OWN_SOURCE for c in items]
+    assert found["right"] <= found["article_right"] and found["clipped"] <= 1, \
+        f"{rel}: the summary table is wider than the text column ({found})"
 
 
 def check_words(page, rel: str) -> None:
@@ -288,20 +328,31 @@ def _target_exists(url: str) -> bool:
 
 
 def check_boards(page, rel: str) -> list[str]:
-    """Every verdict board of ``page``: a row per claim of its paper in claims.yaml order, a cell per
-    profile with its verdict's class and hover text, the whole board in one screen (under 1000 px
-    high at 1280x900), inside the text column, every link leading to an existing page and section.
-    Returns the papers of the boards found."""
-    from compendium import board
+    """Every verdict board of ``page``: a row per claim of its paper in claims.yaml order, each with
+    its short statement and, for the compendium's own claims (``source: compendium``) alone, the
+    own-claim badge; a cell per profile with its verdict's class and hover text; every cell with a
+    result shows its value (one recorded under an earlier check too, greyed) and, on hover, the
+    units it rests on and its model; a cell marked at odds with the other profile says why; the
+    whole board in one screen (under 1000 px high at 1280x900), inside the text column, every link
+    leading to an existing page and section. Returns the papers of the boards found."""
+    from compendium import basis, board
 
     found = page.evaluate(BOARDS)
     for b in found:
-        ids = [c["id"] for c in yaml.safe_load((ROOT / "papers" / b["paper"] / "claims.yaml").read_text())["claims"]]
+        items = yaml.safe_load((ROOT / "papers" / b["paper"] / "claims.yaml").read_text())["claims"]
+        ids = [c["id"] for c in items]
         assert b["rows"] == ids, f"{rel}: the {b['paper']} board's rows are not the claims of claims.yaml"
+        own = [c.get("source") == basis.OWN_SOURCE for c in items]
+        assert [h["own"] for h in b["heads"]] == own, f"{rel}: the {b['paper']} board marks other claims as own"
+        assert all((h["badge"] == basis.OWN_LABEL) == o for h, o in zip(b["heads"], own))
+        assert all(h["statement"].strip() for h in b["heads"]), f"{rel}: a {b['paper']} board row has no statement"
         assert len(b["cells"]) == 2 * len(ids)
         for c in b["cells"]:
             assert c["status"] in board.STATUSES and f"vb-{board.LOOKS[c['status']].css}" in c["cls"].split()
             assert c["title"].split("\n")[0].endswith(c["status"]) and ("measured:" in c["title"] or "nothing recorded" in c["title"])
+            if c["status"] != board.NOT_RUN:
+                assert c["detail"].strip() and "rests on: " in c["title"] and "model: " in c["title"], c["title"]
+            assert c["odds"] == ("\u2260" in c["verdict"]) == ("\u2260 at odds with" in c["title"]), c["title"]
         assert b["height"] < 1000, f"{rel}: the {b['paper']} board is {b['height']:.0f} px high (over one screen)"
         assert b["right"] <= b["article_right"] and b["clipped"] <= 1, f"{rel}: the {b['paper']} board is wider than the page"
         broken = sorted({u for u in b["links"] if not _target_exists(u)})
@@ -337,6 +388,7 @@ def check_book(html: Path, watched, forbidden: list[str]) -> int:
         boards = check_boards(w.page, rel)
         if kind == "claims":
             assert boards == [stem.removesuffix(".html")], f"{rel} shows the verdict boards of {boards}"
+            check_summary(w.page, rel, stem.removesuffix(".html"))
             overflow = w.page.evaluate("() => { const a = document.querySelector('.bd-article'); "
                                        "return a.scrollWidth - a.clientWidth }")
             assert overflow <= 1, f"{rel} is {overflow}px wider than the page's text column"
@@ -413,7 +465,7 @@ def test_a_split_word_and_an_oversized_board_are_caught(watched, tmp_path):
     paper = PAPERS[0]
     block = board.html_for(paper, claims_page="", notebooks_base="")
     tall.write_text('<!DOCTYPE html><html><body><div class="bd-article" style="width:700px">'
-                    + block.replace("padding:1px 8px", "padding:30px 8px") + "</div></body></html>", encoding="utf-8")
+                    + block.replace("padding:1px 5px", "padding:30px 5px") + "</div></body></html>", encoding="utf-8")
     w.page.goto(tall.as_uri(), wait_until="load")
     with pytest.raises(AssertionError, match="over one screen"):
         check_boards(w.page, "tall.html")

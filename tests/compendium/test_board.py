@@ -124,8 +124,7 @@ def test_the_html_has_a_coloured_cell_per_derived_verdict_with_value_interval_an
     assert "demo/01_good.html" in doc.links["ranged"] and "demo/02_bad.html" in doc.links["loss"]
     assert not any(h.endswith(".html") and "claims" not in h for h in doc.links["flag"])   # no notebook
     assert doc.rows["ranged"]["th"]["class"] == "vb-claim"
-    text = "".join(doc.text)
-    assert "not yet covered" in text
+    assert 'title="not yet covered"' in page[page.index('<tr data-claim="flag"'):page.index('<tr data-claim="ranged"')]
     assert "**" not in page and "`" not in page                  # HTML, not Markdown
     assert "\n\n" not in page                                    # one raw HTML block in a Markdown page
     assert "<b>bold</b>" not in page and "&lt;b&gt;bold&lt;/b&gt; &amp; sure." in page
@@ -173,3 +172,62 @@ def test_a_registered_point_reason_replaces_none_recorded_on_hover():
     assert "no interval: exact over every case" in cell.hover and "none recorded" not in cell.hover
     ranged = board.Cell("gain", "cpu", "holds", value="7.5 %", interval=("1", "2"), point="exact over every case")
     assert "95% interval: 1 to 2" in ranged.hover and "no interval" not in ranged.hover
+
+
+# -- what each cell rests on, own claims, disagreements ----------------------------------------------
+@pytest.fixture
+def ledger(run_dir, demo_root):
+    """An own claim with min_units and a protocol naming its model, among the demo claims
+    (test_tables_summary.plant says what each verdict is)."""
+    import test_tables_summary
+
+    return test_tables_summary.plant(run_dir, demo_root)
+
+
+def test_each_row_names_its_short_statement_and_marks_the_compendium_s_own_claims(ledger):
+    b = board.build("demo", results=ledger, published={})
+    rows = {r.claim: r for r in b.rows}
+    assert [c for c, r in rows.items() if r.own] == ["counted"]              # source: compendium
+    assert rows["counted"].short == "The compendium's own count rises."
+    doc = _parse(board.to_html(b))
+    assert "The compendium's own count rises." in "".join(doc.text)
+    page = board.to_html(b)
+    counted = page[page.index('<tr data-claim="counted"'):]
+    assert counted.startswith('<tr data-claim="counted" data-own="1">') and 'class="vb-own">own claim<' in counted
+    gain = page[page.index('<tr data-claim="gain"'):page.index('<tr data-claim="loss"')]
+    assert "data-own" not in gain and "vb-own" not in gain
+
+
+def test_each_cell_shows_its_value_units_and_model(ledger):
+    rows = {r.claim: r for r in board.build("demo", results=ledger, published={}).rows}
+    cpu, paper = rows["counted"].cells["cpu"], rows["counted"].cells["paper"]
+    assert cpu.detail == "0.3 · 12 prompts · tiny-model" and paper.detail == "0.3 · 3 prompts · big-model"
+    assert "rests on: 12 prompts of the test set (min_units quantity n_prompts)" in cpu.hover
+    assert "model: tiny-model" in cpu.hover
+    assert rows["flag"].cells["cpu"].detail == ""                              # not run: nothing to show
+    assert "model: none named" in rows["gain"].cells["cpu"].hover             # the demo names no model
+
+
+def test_a_result_under_an_earlier_check_shows_its_value_greyed_and_its_disagreement(ledger):
+    b = board.build("demo", results=ledger, published={})
+    rows = {r.claim: r for r in b.rows}
+    earlier = rows["gain"].cells["paper"]
+    assert earlier.status == "not judged" and earlier.detail == "3"
+    assert board.LOOKS["not judged"].text != board.LOOKS["not judged"].background
+    assert earlier.odds.startswith("at odds with cpu: does not meet gain >= 5 on its value alone")
+    assert rows["gain"].cells["cpu"].odds.startswith("at odds with paper")
+    assert not rows["counted"].cells["cpu"].odds                              # holds against inconclusive
+    assert earlier.flags == "≠" and "≠ at odds with cpu" in earlier.hover
+    doc = _parse(board.to_html(b))
+    assert doc.rows["gain"]["cells"]["paper"].get("data-odds") == "1"
+    assert "data-odds" not in doc.rows["counted"]["cells"]["cpu"]
+    texts = [t.get_text() for t in board.figure(b).axes[0].texts]
+    assert "– not judged ≠" in texts and "3" in texts                          # the PNG says the same
+
+
+def test_a_failing_or_undecided_condition_is_named_in_the_hover(ledger):
+    rows = {r.claim: r for r in board.build("demo", results=ledger, published={}).rows}
+    assert rows["loss"].cells["cpu"].failing == ("loss between [0, 2] failed (2.5)",)
+    assert "\nloss between [0, 2] failed (2.5)\n" in rows["loss"].cells["cpu"].hover
+    assert rows["counted"].cells["paper"].failing == ("precondition min-units failed: n_prompts = 3 (needs >= 5)",)
+    assert rows["counted"].cells["cpu"].failing == ()
