@@ -3,6 +3,8 @@ through protot.models.library_maps.LLAMA_TO_TRANSFORMERS give the same logits (f
 max(1, max|logit|)), in one pass and token by token with each library's cache, at a few odd shapes;
 and one swapped map entry or one setting changed back to the library's default makes them part."""
 
+import inspect
+
 import pytest
 import torch
 
@@ -25,12 +27,17 @@ def _cache_of(out):
     return out.cache if getattr(out, "cache", None) is not None else out.past_key_values
 
 
+def _cache_kw(lib, cache) -> dict:
+    """The cache argument under the installed transformers' name (``cache`` after the rename)."""
+    return {"cache" if "cache" in inspect.signature(lib.forward).parameters else "past_key_values": cache}
+
+
 @torch.no_grad()
 def _lib_decoded(lib, x):
     out = lib(x[:, :PROMPT], use_cache=True)
     cache, logits = _cache_of(out), [out.logits]
     for t in range(PROMPT, x.shape[1]):
-        out = lib(x[:, t:t + 1], past_key_values=cache, use_cache=True)
+        out = lib(x[:, t:t + 1], use_cache=True, **_cache_kw(lib, cache))
         cache = _cache_of(out)
         logits.append(out.logits)
     return torch.cat(logits, 1)
