@@ -9,10 +9,15 @@ coloured by the verdict derived from the published results, in one compact view.
 The verdicts are derived exactly as the claims tables derive them (:func:`compendium.tables.read_results`,
 which applies :func:`compendium.judge.derive` to every recorded value and never reads a stored
 verdict). A cell is one of :data:`STATUSES`: *holds*, *does not hold*, *inconclusive*, *measured
-only*, *not judged* (recorded under an earlier check) or *not run* (nothing recorded at that
-profile). Hovering a cell (its ``title``) gives the measured value, the 95% interval of the
-check's main quantity where one was recorded, and the reason of the verdict; each claim links to
-its block on the paper's claims page and to its notebook's page.
+only*, *not judged* (recorded under an earlier check: greyed, its value still shown) or *not run*
+(nothing recorded at that profile). Each row names the claim and its short statement, with an
+*own claim* badge for the compendium's own claims (``source: compendium``); each cell shows the
+value, the units it rests on and the model (:mod:`compendium.basis`), ``⚠`` when a mark is to be
+read and ``≠`` when it is at odds with the other profile's verdict. Hovering a cell (its ``title``)
+gives the measured value, the 95% interval of the check's main quantity where one was recorded,
+the units in full and where their count comes from, the model(s), what failed, the disagreement
+and the reason of the verdict; each claim links to its block on the paper's claims page and to its
+notebook's page (the narrow last column, by the notebook's number).
 
 The HTML carries its own scoped style (no word is ever split: cells do not wrap, and a board wider
 than its column scrolls sideways); it is what the book shows at the top of each claims page and

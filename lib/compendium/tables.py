@@ -1,5 +1,8 @@
 """The claims tables (``papers/<paper>/CLAIMS.md``), built only from ``claims.yaml`` and the
-published results in ``papers/<paper>/results/``.
+published results in ``papers/<paper>/results/``: one summary row per claim first
+(:mod:`compendium.tables_summary`), then the details, one row per claim and profile (with the
+units and model of each result, :mod:`compendium.basis`), the notes, and each claim's registration
+and history.
 
 Every verdict a table shows is derived here, from the recorded values and the check registered
 in ``claims.yaml`` (:func:`compendium.judge.derive`); a verdict written in a results file is never

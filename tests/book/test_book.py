@@ -11,8 +11,11 @@ every circuit viewer (inline in a notebook page or framed on a figures page) mus
 console error and no external request, and draw every node of its circuit; no page may contain a
 machine path; every display equation must fit the text column (no horizontal scrollbar); no table
 cell may split a word across lines; each claims page (and the tour) shows the verdict board of its
-paper, every claim a row, in one screen, its links leading to existing pages and sections. The same
-checks run on the main build when there is one.
+paper, every claim a row with its short statement (the compendium's own claims marked), every cell
+with a result showing its value, units and model, in one screen, its links leading to existing pages
+and sections; each claims page opens with the summary table (a row per claim, inside the text
+column). The copy's CLAIMS.md and boards are rebuilt by the code under test. The same checks run on
+the main build when there is one.
 """
 from __future__ import annotations
 
@@ -469,6 +472,44 @@ def test_a_split_word_and_an_oversized_board_are_caught(watched, tmp_path):
     w.page.goto(tall.as_uri(), wait_until="load")
     with pytest.raises(AssertionError, match="over one screen"):
         check_boards(w.page, "tall.html")
+
+
+def test_a_summary_wider_than_the_page_and_a_wrong_own_mark_are_caught(watched, tmp_path):
+    """check_summary fails on a summary table wider than the text column and on own-claim marks on
+    the wrong rows; check_boards fails on a board whose own claims lost their mark."""
+    from compendium import basis, board
+
+    paper = "protot"                                        # it has claims of the compendium's own
+    items = yaml.safe_load((ROOT / "papers" / paper / "claims.yaml").read_text())["claims"]
+    assert any(c.get("source") == basis.OWN_SOURCE for c in items)
+
+    def page(cell: str, own_for) -> Path:
+        rows = "".join(f"<tr><td>{c['id']}{' ' + basis.OWN_LABEL if own_for(c) else ''}</td><td>{cell}</td>"
+                       "<td>not run</td></tr>" for c in items)
+        path = tmp_path / "summary.html"
+        path.write_text('<!DOCTYPE html><html><body><div class="bd-article" style="width:500px">'
+                        "<table><thead><tr><th>Claim</th><th>cpu</th><th>paper</th></tr></thead>"
+                        f"<tbody>{rows}</tbody></table></div></body></html>", encoding="utf-8")
+        return path
+
+    w = watched("summary")
+    own = lambda c: c.get("source") == basis.OWN_SOURCE  # noqa: E731
+    w.page.goto(page("holds", own).as_uri(), wait_until="load")
+    check_summary(w.page, "summary.html", paper)            # fits, marks right
+    w.page.goto(page("x" * 120, own).as_uri(), wait_until="load")
+    with pytest.raises(AssertionError, match="wider than the text column"):
+        check_summary(w.page, "summary.html", paper)
+    w.page.goto(page("holds", lambda c: not own(c)).as_uri(), wait_until="load")
+    with pytest.raises(AssertionError):
+        check_summary(w.page, "summary.html", paper)
+
+    block = board.html_for(paper, claims_page="", notebooks_base="").replace(' data-own="1"', "")
+    unmarked = tmp_path / "unmarked.html"
+    unmarked.write_text('<!DOCTYPE html><html><body><div class="bd-article" style="width:700px">' + block
+                        + "</div></body></html>", encoding="utf-8")
+    w.page.goto(unmarked.as_uri(), wait_until="load")
+    with pytest.raises(AssertionError, match="marks other claims as own"):
+        check_boards(w.page, "unmarked.html")
 
 
 def test_a_viewer_that_fails_to_draw_is_caught(fixture_book, watched, tmp_path):
