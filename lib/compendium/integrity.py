@@ -233,9 +233,7 @@ def provenance_marks(entry: dict) -> list[str]:
     if not _HEX.match(sha):
         return marks + [f"⚠ git revision {sha!r} is not a commit hash"]
     known, why = commit_state(sha)
-    if known is False:
-        marks.append(f"⚠ git revision {sha[:10]} {why}")
-    elif known is None:
+    if not known:  # False: names no commit of the history; None: the repository cannot tell
         marks.append(f"⚠ git revision {sha[:10]} {why}")
     return marks
 

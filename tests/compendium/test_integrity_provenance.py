@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from compendium import board, claims, integrity, judge, publish, runs, tables
+from compendium import board, claims, integrity, judge, publish, tables
 
 from ledger_demo import tree_digest, write_published
 from test_publish import GOOD, complete_run
