@@ -164,11 +164,12 @@ def models_of(claim: checks.Claim, entry: dict | None, profile: str) -> tuple[st
     train = config.get("train")
     if isinstance(train, dict) and isinstance(train.get("arch"), str):   # a model the notebook trained itself
         return (f"{train['arch']} {train.get('size', '')}".strip() + " (trained here)",)
+    order = _names(protocol.get("models"))               # the run's models in the protocol's order
     for sizes in (config, protocol):
         for key in ("model", "models"):
-            found = _names(sizes.get(key))
+            found = tuple(dict.fromkeys(_names(sizes.get(key))))
             if found:
-                return tuple(dict.fromkeys(found))
+                return tuple(sorted(found, key=lambda m: order.index(m) if m in order else len(order)))
     arch = tuple(_model_name(v) for k, v in protocol.items() if k.endswith("_model") and isinstance(v, str))
     if arch:
         return arch

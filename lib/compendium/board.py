@@ -37,6 +37,7 @@ from compendium import basis, integrity, profiles, tables
 
 FIGURE_NAME = "verdict_board.png"
 SHORT_STATEMENT = 34                             # characters of a row's statement on the board
+FIGURE_STATEMENT = 64                            # and on the PNG, which has the room
 NOT_JUDGED = _claims.NOT_JUDGED
 NOT_RUN = _claims.NOT_RUN
 STATUSES = (_claims.HOLDS, _claims.DOES_NOT_HOLD, _claims.INCONCLUSIVE, _claims.MEASURED_ONLY, NOT_JUDGED, NOT_RUN)
@@ -357,7 +358,8 @@ def figure(b: Board):
         own = f"  [{basis.OWN_LABEL}]" if r.own else ""
         ax.text(-0.03, y + 0.36, r.claim + own, ha="right", va="center", fontsize=8.5, family="monospace",
                 transform=ax.transData, color="#1d1d1d")
-        ax.text(-0.03, y + 0.72, r.short, ha="right", va="center", fontsize=6.8, color="#505050")
+        ax.text(-0.03, y + 0.72, basis.short_statement(r.statement, FIGURE_STATEMENT), ha="right", va="center",
+                fontsize=6.8, color="#505050")
         for x, prof in enumerate(b.profiles):
             c = r.cells[prof]
             ax.add_patch(Rectangle((x + 0.03, y + 0.05), 0.94, 0.9, facecolor=c.look.background,

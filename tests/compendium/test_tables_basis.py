@@ -37,6 +37,8 @@ def test_the_model_comes_from_what_the_run_recorded_before_the_protocol():
     assert basis.models_of(claim, {"config": {}}, "cpu") == ("registered-model",)
     many = {"config": {"models": {"A": "models/a-small: a", "B": "models/b-small: b", "C": "models/a-small: a"}}}
     assert basis.models_of(claim, many, "cpu") == ("a-small", "b-small")
+    listed = _claim(protocol={"all": {"models": ["b-small", "a-small"]}})     # in the protocol's order
+    assert basis.models_of(listed, many, "cpu") == ("b-small", "a-small")
     assert basis.models_text(("a-small", "b-small", "c")) == "a-small +2" and basis.models_text(()) == ""
     trained = {"config": {"train": {"arch": "protot", "size": "tiny"}}}
     assert basis.models_of(claim, trained, "cpu") == ("protot tiny (trained here)",)
