@@ -381,8 +381,8 @@ def run_notebook(
     output.parent.mkdir(parents=True, exist_ok=True)
     nb = jupytext.read(source_path(name))
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    env = {**KERNEL_ENV, runs.RUN_ENV: str(run_dir), runs.NOTEBOOK_ENV: name}
-    before = runs.snapshot(run_dir)
+    lane = runs.open_lane(run_dir, name)   # the kernel writes its results and figures here; merged at the end
+    env = {**KERNEL_ENV, runs.RUN_ENV: str(run_dir), runs.NOTEBOOK_ENV: name, runs.LANE_ENV: str(lane)}
     runs.set_status(run_dir, name, status=runs.RUNNING, parameters=params)
     start = time.perf_counter()
     failure: NotebookFailed | None = None
@@ -407,7 +407,7 @@ def run_notebook(
                 seconds=round(time.perf_counter() - start, 1),
                 error=("terminated (SIGTERM)" if reason == "terminated" else "interrupted (KeyboardInterrupt)") + note,
                 output=paths.display(output) if output.exists() else None, parameters=params,
-                files=runs.written_between(before, runs.snapshot(run_dir)))
+                files=runs.merge_lane(run_dir, name))
         raise
     except Exception as err:  # a dead kernel (DeadKernelError, RuntimeError), a timeout, a full disk, ...
         if isinstance(err, OSError) and err.errno in _NO_ROOM:
@@ -429,7 +429,7 @@ def run_notebook(
         error=str(failure) + note if failure else None,
         output=paths.display(output) if output.exists() else None,
         parameters=params,
-        files=runs.written_between(before, runs.snapshot(run_dir)),
+        files=runs.merge_lane(run_dir, name),
     )
     if failure:
         raise failure

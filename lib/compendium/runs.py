@@ -18,6 +18,7 @@ Only ``compendium run --publish`` copies anything from here into ``papers/`` (se
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,6 +28,11 @@ from compendium import atomic, paths
 
 RUN_ENV = "COMPENDIUM_RUN_DIR"
 NOTEBOOK_ENV = "COMPENDIUM_NOTEBOOK"
+#: Where the runner's kernel writes its results and figures: the notebook's own lane of the run folder
+#: (``<run>/.lanes/<name>/``), moved into the run folder when the notebook ends (:func:`merge_lane`),
+#: so notebooks that run at once never see, or claim, each other's files.
+LANE_ENV = "COMPENDIUM_LANE_DIR"
+LANES = ".lanes"
 
 # status of one notebook in status.json
 COMPLETED, FAILED, RUNNING, NOT_RUN = "completed", "failed", "running", "not run"
@@ -117,14 +123,24 @@ def notebook_name() -> str | None:
     return os.environ.get(NOTEBOOK_ENV) or None
 
 
+def _write_base(run: Path | None) -> Path:
+    """The folder results and figures of ``run`` (default: this process's) are written under: the
+    notebook's lane when the runner gave this kernel one (:data:`LANE_ENV`) and ``run`` is its run."""
+    base = Path(run) if run is not None else current()
+    lane, own = os.environ.get(LANE_ENV), os.environ.get(RUN_ENV)
+    if lane and own and base.resolve() == Path(own).resolve():
+        return Path(lane)
+    return base
+
+
 def results_dir(paper: str, run: Path | None = None) -> Path:
-    path = Path(run or current()) / "results" / paper
+    path = _write_base(run) / "results" / paper
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def figures_dir(paper: str | None = None, run: Path | None = None) -> Path:
-    path = Path(run or current()) / "figures"
+    path = _write_base(run) / "figures"
     if paper:
         path = path / paper
     path.mkdir(parents=True, exist_ok=True)
@@ -157,13 +173,72 @@ def set_status(run: Path, name: str, **entry: Any) -> None:
         from compendium import integrity
 
         entry["sha256"] = integrity.hash_files(run, entry["files"])
-    status = read_json(Path(run) / "status.json")
-    status.setdefault("notebooks", {})[name] = entry
+    with status_lock(run):   # notebooks that run at once each rewrite their own entry, one at a time
+        status = read_json(Path(run) / "status.json")
+        status.setdefault("notebooks", {})[name] = entry
+        try:
+            atomic.write_json(Path(run) / "status.json", status)
+        except OSError as err:  # the old status.json stays whole: the write is atomic
+            raise RunFolderError(f"cannot write {paths.display(Path(run) / 'status.json')}: {write_problem(err)}",
+                                 err.errno) from err
+
+
+@contextlib.contextmanager
+def status_lock(run: Path):
+    """Hold ``<run>/.status.lock`` (flock, blocking) while status.json is read and rewritten."""
+    import fcntl
+
     try:
-        atomic.write_json(Path(run) / "status.json", status)
-    except OSError as err:  # the old status.json stays whole: the write is atomic
-        raise RunFolderError(f"cannot write {paths.display(Path(run) / 'status.json')}: {write_problem(err)}",
+        fd = os.open(Path(run) / ".status.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise RunFolderError(f"cannot take the status lock in {paths.display(Path(run))}: {write_problem(err)}",
                              err.errno) from err
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)   # closing the descriptor releases the lock
+
+
+def _lane_name(name: str) -> str:
+    return name.replace("/", "__")
+
+
+def open_lane(run: Path, name: str) -> Path:
+    """A new, empty lane ``<run>/.lanes/<name>/`` for notebook ``name`` (one left by an earlier,
+    interrupted attempt is removed first)."""
+    import shutil
+
+    lane = Path(run) / LANES / _lane_name(name)
+    if lane.exists():
+        shutil.rmtree(lane)
+    lane.mkdir(parents=True)
+    return lane
+
+
+def merge_lane(run: Path, name: str) -> list[str]:
+    """Move every result and figure notebook ``name`` wrote into its lane to the same place in the run
+    folder and return their run-relative paths, sorted: the files the notebook wrote. A file another
+    notebook of the run already recorded is a :class:`RunFolderError` naming both (nothing is moved)."""
+    import shutil
+
+    lane = Path(run) / LANES / _lane_name(name)
+    if not lane.is_dir():
+        return []
+    moved = sorted(snapshot(lane))
+    owners = {f: other for other, e in read_status(run).items() if other != name for f in e.get("files") or ()}
+    if clash := [f"{f} (also written by {owners[f]})" for f in moved if f in owners]:
+        raise RunFolderError(f"notebook '{name}' wrote files another notebook of the run wrote: {', '.join(clash)}")
+    for rel in moved:
+        dest = Path(run) / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(lane / rel, dest)
+        except OSError as err:
+            raise RunFolderError(f"cannot move {rel} of notebook '{name}' into the run folder: {write_problem(err)}",
+                                 err.errno) from err
+    shutil.rmtree(lane, ignore_errors=True)
+    return moved
 
 
 class RunFolderError(RuntimeError):
