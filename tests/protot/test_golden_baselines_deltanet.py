@@ -37,9 +37,9 @@ T, PROMPT = 13, 10
 
 @pytest.fixture(scope="module")
 def fla():
-    """fla, imported once for the module. Under the interpreter every autotuned fla kernel runs its first
-    configuration (Triton's autotuner times the others with a GPU driver the interpreter does not have;
-    the configurations differ in speed only)."""
+    """fla, imported once for the module, and the device its kernels run on. Under the interpreter every
+    autotuned fla kernel runs its first configuration (Triton's autotuner times the others with a GPU
+    driver the interpreter does not have; the configurations differ in speed only)."""
     interpreting = os.environ.get("TRITON_INTERPRET", "0") == "1"
     if not interpreting and not torch.cuda.is_available():
         pytest.skip("fla's Triton kernels need TRITON_INTERPRET=1 (set by tests/conftest.py without a GPU) "
@@ -50,6 +50,8 @@ def fla():
 
             prune = autotuner.Autotuner.prune_configs
             mp.setattr(autotuner.Autotuner, "prune_configs", lambda self, kwargs: prune(self, kwargs)[:1])
+        else:   # compiled for the GPU: float32 dots in IEEE float32, not TF32 (a 1e-5 comparison)
+            mp.setenv("TRITON_F32_DEFAULT", "ieee")
         import fla as fla_module
         import fla.ops.delta_rule.naive  # noqa: F401
 
