@@ -188,7 +188,8 @@ def models_text(models: tuple[str, ...]) -> str:
 
 
 # -- failing conditions -----------------------------------------------------------------------------
-def _threshold(c: dict) -> str:
+def threshold_text(c: dict) -> str:
+    """The threshold of a condition's outcome (a mapping, as a result entry holds it) as text."""
     t = c.get("threshold")
     if isinstance(t, list) and len(t) == 2:
         return f"[{checks._fmt(t[0])}, {checks._fmt(t[1])}]"
@@ -207,9 +208,9 @@ def failing(entry: dict | None) -> list[str]:
     if entry is None or entry.get("derived_status") not in (checks.DOES_NOT_HOLD, checks.INCONCLUSIVE):
         return []
     out = [f"precondition {p.get('id')} failed: {p.get('quantity')} = {checks._fmt(p.get('value'))} "
-           f"(needs {p.get('op')} {_threshold(p)})" for p in entry.get("failed_preconditions") or []]
+           f"(needs {p.get('op')} {threshold_text(p)})" for p in entry.get("failed_preconditions") or []]
     for c in entry.get("conditions") or []:
-        test = f"{c.get('quantity')} {c.get('op')} {_threshold(c)}"
+        test = f"{c.get('quantity')} {c.get('op')} {threshold_text(c)}"
         if c.get("undecided"):
             out.append(f"{test} undecided: its interval {_interval(c)} straddles the threshold")
         elif not c.get("passed"):
@@ -232,7 +233,7 @@ def failing_short(entry: dict | None) -> str:
         return ""
     c = first[0]
     more = len(failed) + len(undecided) - 1
-    return f"{word} {c.get('quantity')} {c.get('op')} {_threshold(c)}" + (f" +{more}" if more else "")
+    return f"{word} {c.get('quantity')} {c.get('op')} {threshold_text(c)}" + (f" +{more}" if more else "")
 
 
 # -- profiles that disagree -------------------------------------------------------------------------

@@ -188,10 +188,11 @@ def _verdict_cell(entry: dict | None, marks: list[str]) -> str:
             text += ": " + "; ".join(
                 f"the interval of {c['quantity']} ({_interval_text(c['interval_values'])}) straddles "
                 f"{_straddled(c)}" for c in undecided)
-        elif entry["verdict"] == _claims.DOES_NOT_HOLD:
+        elif entry["verdict"] == _claims.DOES_NOT_HOLD and any(
+                not c.get("passed") and not c.get("undecided") for c in entry.get("conditions") or []):
             # the conditions judge.derive found failed (their whole interval on the other side)
             text += ": failed " + "; ".join(
-                f"`{c['quantity']} {c['op']} {basis._threshold(c)}` ({_claims._fmt(c.get('value'))}"
+                f"`{c['quantity']} {c['op']} {basis.threshold_text(c)}` ({_claims._fmt(c.get('value'))}"
                 + (f", interval {_interval_text(c['interval_values'])}" if c.get("interval_values") else "") + ")"
                 for c in entry.get("conditions") or [] if not c.get("passed") and not c.get("undecided"))
         elif not entry.get("judged", True):
