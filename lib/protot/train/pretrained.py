@@ -206,18 +206,9 @@ def _publish(target: Path, half: torch.nn.Module, name: str, make_manifest, conf
     for stale in (tmp, old):
         if stale.exists():
             shutil.rmtree(stale)
-    writing = "model.safetensors"
-    try:
-        tmp.mkdir()
-        weights = tmp / "model.safetensors"
+    def guarded(writing: str, write) -> None:  # a write stopped (file-size limit, full disk): say which, and why
         try:
-            save_model(half, str(weights), metadata={"format": "pt", "name": name})
-            man = make_manifest(_sha256(weights), weights.stat().st_size)
-            for writing, obj in (("config.json", config), ("MANIFEST.json", man)):
-                (tmp / writing).write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
-            for writing in ("model.safetensors", "config.json", "MANIFEST.json"):
-                os.chmod(tmp / writing, 0o644)
-                _fsync_path(tmp / writing)
+            write()
         except Exception as err:  # OSError, or safetensors' SafetensorError naming the os error
             why = _write_failure(err)
             if why is None:
@@ -225,6 +216,23 @@ def _publish(target: Path, half: torch.nn.Module, name: str, make_manifest, conf
             raise checkpoint.CheckpointWriteError(
                 f"could not export {name}: writing {writing} stopped ({why}). {_shown(target)} is as it was "
                 "(the partial folder was removed); make room, then export again") from err
+
+    def dump(path: Path, obj) -> None:
+        path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+    def settle(path: Path) -> None:
+        os.chmod(path, 0o644)
+        _fsync_path(path)
+
+    try:
+        tmp.mkdir()
+        weights = tmp / "model.safetensors"
+        guarded("model.safetensors", lambda: save_model(half, str(weights), metadata={"format": "pt", "name": name}))
+        man = make_manifest(_sha256(weights), weights.stat().st_size)
+        for f, obj in (("config.json", config), ("MANIFEST.json", man)):
+            guarded(f, lambda f=f, obj=obj: dump(tmp / f, obj))
+        for f in ("model.safetensors", "config.json", "MANIFEST.json"):
+            guarded(f, lambda f=f: settle(tmp / f))
         _verify_folder(tmp, man, half)
         if target.exists():
             os.rename(target, old)
