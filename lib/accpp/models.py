@@ -31,7 +31,7 @@ import torch
 from compendium import paths
 
 __all__ = ["OFFLINE_MODELS", "ModelNotInstalled", "ModelCacheError", "gguf_path", "cached_folder",
-           "cache_problems", "load_model"]
+           "cache_problems", "converted_folder", "load_model"]
 
 
 @dataclass(frozen=True)
@@ -162,9 +162,10 @@ def cache_problems(name: str, folder: Path | None = None) -> list[str]:
     return out
 
 
-def _ensure_converted(name: str) -> Path:
-    """The converted folder of ``name``, checked against its conversion record; converted (again)
-    when absent or when it does not match, else :class:`ModelCacheError` naming the files."""
+def converted_folder(name: str) -> Path:
+    """The converted folder of ``name`` (one of :data:`OFFLINE_MODELS`), checked against its
+    conversion record; converted (again) when absent or when it does not match, else
+    :class:`ModelCacheError` naming the files. What reads the folder's files reads them from here."""
     folder = cached_folder(name)
     if not folder.exists():
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -197,7 +198,7 @@ def load_model(name: str, dtype: torch.dtype = torch.float32, device: str = "cpu
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if name in OFFLINE_MODELS:
-        source = str(_ensure_converted(name))
+        source = str(converted_folder(name))
     else:
         source = name
     try:

@@ -381,9 +381,7 @@ def reference_embeddings(tokenizer, name: str = REFERENCE_MODEL) -> ReferenceEmb
     from safetensors import safe_open
     from transformers import AutoTokenizer
 
-    folder = am.cached_folder(name)
-    if not (folder / "config.json").exists():
-        am.load_model(name)                      # converts once (raises ModelNotInstalled with the install line)
+    folder = am.converted_folder(name)  # converted once and checked (ModelNotInstalled names the install line)
     ref_tok = AutoTokenizer.from_pretrained(folder)
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
     ours, theirs = [], []

@@ -126,3 +126,35 @@ def test_an_added_file_and_a_folder_without_record_are_converted_again(conversio
     assert "missing" in models.cache_problems(NAME)[0]
     models.load_model(NAME)
     assert conversions == [NAME, NAME, NAME] and models.cache_problems(NAME) == []
+
+
+def test_the_folder_other_readers_use_is_checked_too(conversions):
+    """protot.labels reads the tokenizer and the embedding matrix from the folder itself."""
+    folder = models.converted_folder(NAME)
+    assert conversions == [NAME] and models.converted_folder(NAME) == folder and conversions == [NAME]
+    (folder / "tokenizer.json").write_text("{}")
+    assert models.converted_folder(NAME) == folder and conversions == [NAME, NAME]
+    assert models.cache_problems(NAME) == []
+
+
+def test_protot_labels_reads_a_checked_folder(conversions):
+    """protot.labels.reference_embeddings reads the embedding matrix from the folder: a cut-short
+    model.safetensors is converted again first (before: a SafetensorError naming no file)."""
+    from protot import labels
+
+    class Ours:  # a tokenizer of five words
+        all_special_ids: list[int] = []
+        words = [" the", " cat", " sat", " on", " mat"]
+
+        def __len__(self):
+            return len(self.words)
+
+        def decode(self, ids):
+            return self.words[ids[0]]
+
+    models.load_model(NAME)
+    weights = models.cached_folder(NAME) / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    ref = labels.reference_embeddings(Ours(), name=NAME)
+    assert conversions == [NAME, NAME] and models.cache_problems(NAME) == []
+    assert ref.vectors.shape == (len(ref.ours), 16) and len(ref.ours) >= 3
