@@ -31,7 +31,8 @@ study (per claim; "shared": a tool of several)
     protot.generate         continuations of fixed prompts
     protot.preference       an LLM judge's pairwise preferences, Elo ratings
     protot.cola             GLUE CoLA fine-tuning and Matthews correlation
-    protot.figures          the ProtoT notebooks' figures and claim notes (shared)
+    protot.figures          the ProtoT notebooks' figures (shared)
+    protot.notes            the claims' notes of protot/05, 06 and 08-11 (shared)
 performance
     protot.perf             protot.perf.bench (timing helpers of the derivation notebook and
                             benchmarks/bench_mixer.py), protot.perf.throughput (training and decoding

@@ -270,3 +270,11 @@ def measure_women(model, tokenizer, train_stream: np.ndarray, val_stream: np.nda
         tables={"women_selection_scan": scan, "women_scan_specificity": sj["others"], "women_scan_controls": sj["controls"]},
         config=config)
     return ablation_m, ppl_m, scan_m
+
+
+def specificity_table(label_m, scan_m) -> pd.DataFrame:
+    """The drops of p(word) under each selection's mask on the specificity words, one frame: the label-
+    selected prototype's (``women_specificity``) then the scan winner's (``women_scan_specificity``),
+    with a ``selected_by`` column ("label", "scan")."""
+    return pd.concat([label_m.tables["women_specificity"].assign(selected_by="label"),
+                      scan_m.tables["women_scan_specificity"].assign(selected_by="scan")])

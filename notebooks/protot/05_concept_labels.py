@@ -38,11 +38,10 @@ MODEL = ""
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import seaborn as sns
 import torch
 
 from compendium import claims, notebook, plotting, profiles
-from protot import concepts, labels, usage
+from protot import concepts, figures, labels, notes, usage
 from protot.train import packing
 
 nb = notebook.start("protot/05_concept_labels", PROFILE, SEED, DEVICE,
@@ -129,22 +128,8 @@ print(f"mean coherence over {ev['alive_trained']} alive prototypes: trained {v['
 fams.round(4)
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [1.4, 1]})
-ax = axes[0]
-alive_coh = coh[coh.alive]
-sns.histplot(data=alive_coh, x="coherence", hue="family", element="step", stat="density", common_norm=False, bins=30, ax=ax)
-ax.axvline(ev["chance_coherence_mean"], color="0.3", ls=":", lw=1, label="random token sets")
-ax.set_xlabel(f"coherence of the top-{TOP} write tokens (mean pairwise cosine, {ref.name})")
-ax.set_title("Alive prototypes: trained vs null families (gates as sharp)", fontsize=10)
-ax = axes[1]
-ax.bar(["trained"] + list(fams.family.str.replace(" and ", " +\n").str.replace(" redrawn", "\nredrawn")),
-       [v["coherence_trained"]] + list(fams.coherence), color=["C3"] + ["0.55"] * len(fams))
-ax.errorbar(np.arange(1, len(fams) + 1), fams.coherence, yerr=[fams.ci_high - fams.margin, fams.margin - fams.ci_low],
-            fmt="none", color="k", capsize=3)
-ax.axhline(ev["chance_coherence_mean"], color="0.3", ls=":", lw=1)
-ax.set_ylabel("mean coherence over alive prototypes"); ax.tick_params(axis="x", labelsize=8)
-ax.set_title("Means; bars on the nulls: 95% interval of the margin, shifted", fontsize=10)
-fig.tight_layout()
+fig = figures.concept_coherence_figure(coh, fams, v["coherence_trained"], ev["chance_coherence_mean"], top=TOP,
+                                      reference=ref.name)
 plotting.savefig(fig, "protot/concept_coherence", profile=nb.profile)
 plt.show()
 
@@ -211,22 +196,8 @@ probes.round(2)
 assert table["purity"].between(0, 1).all() and len(table) == stats.layers * stats.prototypes
 assert model.config.write_temperature == 1.0 and len(nulls) == len(labels.NULL_FAMILIES) * len(NULL_SEEDS)
 assert set(fams.family) == set(labels.NULL_FAMILIES) and (~table.alive).sum() == len(dead)
-m.note = (
-    f"Mean coherence of the top-{TOP} write tokens per alive prototype (mean pairwise cosine of {ref.name} input "
-    f"embeddings, centred; {ev['reference_tokens']:,} of our token types are one {ref.name} token; {len(dead)} of "
-    f"{ev['prototypes']} prototypes dead, share < {DEAD_FLOOR:g}/R): trained {v['coherence_trained']:.4f}; null families (seeds "
-    f"{NULL_SEEDS}, gates as sharp): "
-    + "; ".join(f"{r.family} {r.coherence:.4f} (margin {r.margin:+.4f}, 95% CI {r.ci_low:+.4f}..{r.ci_high:+.4f})"
-                for r in fams.itertuples())
-    + f"; smallest margin {v['coherence_margin']:+.4f} (95% CI {v['coherence_margin_ci_low']:+.4f}.."
-    f"{v['coherence_margin_ci_high']:+.4f}, the check, {v['alive_prototypes']} alive prototypes)"
-    + f"; random sets of {TOP} token types {ev['chance_coherence_mean']:.4f}. Write-gate entropy gap of the nulls at most "
-    f"{100 * v['null_entropy_gap']:.1f}% (read {100 * ev['read_entropy_gap_max']:.1f}%). Most coherent: "
-    + "; ".join(f"L{int(r.layer)} P{int(r.prototype)} [{r.write_tokens}] {r.coherence:.2f}" for r in best.head(4).itertuples())
-    + ". Probes: " + "; ".join(f"{r.probe!r}->L{r.layer} P{r.prototype} (x{r.selectivity:.1f})" for r in probes.itertuples())
-    + ". Effective write prototypes per layer (exp entropy of the mean gates, of "
-    + f"{stats.prototypes}): "
-    + ", ".join(f"L{r.layer} {r.effective:.1f}" for r in use[(use.model == "trained") & (use.gate == "write")].itertuples())
-    + f". Model: {lm.description}; the paper's layer/prototype indices do not exist here.")
+m.note = notes.concept_prototypes(m, top=TOP, reference=ref.name, dead=len(dead), dead_floor=DEAD_FLOOR,
+                                  null_seeds=NULL_SEEDS, best=best, probes=probes, use=use,
+                                  prototypes=stats.prototypes, model=lm.description)
 verdict = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 verdict

@@ -33,12 +33,10 @@ MODEL = ""
 
 # %%
 import matplotlib.pyplot as plt
-import numpy as np
-import pandas as pd
 import torch
 
 from compendium import claims, notebook, plotting, profiles
-from protot import ablation, concepts, women
+from protot import ablation, concepts, figures, notes, women
 from protot.train import packing
 
 nb = notebook.start("protot/06_women_ablation", PROFILE, SEED, DEVICE,
@@ -83,15 +81,14 @@ strata[["selected_by", "prototype", "stratum", "contexts", "p_intact", "p_edited
         "ci_high_pct"]].round(4)
 
 # %%
-sv, sev = scan_m.values, scan_m.evidence
+sev = scan_m.evidence
 print(f"causal scan: {sev['candidates_scanned']} prototypes on {sev['selection_contexts']} training contexts; winner "
       f"{sev['prototype']} (training drop {sev['selected_train_drop_pct']:.2f}%, runner-up {sev['runner_up']} "
       f"{sev['runner_up_train_drop_pct']:.2f}%); class {sev['class']!r}; labelled female: {sev['label']['labelled']}")
 print("  top write tokens:", sev["label"]["write_tokens"])
 print("  top read tokens: ", sev["label"]["read_tokens"])
-pd.concat([label_m.tables["women_specificity"].assign(selected_by="label"),
-           scan_m.tables["women_scan_specificity"].assign(selected_by="scan")])[
-    ["selected_by", "word", "split", "contexts", "p_intact", "p_edited", "drop_pct", "ci_low_pct", "ci_high_pct"]].round(4)
+spec = women.specificity_table(label_m, scan_m)
+spec[["selected_by", "word", "split", "contexts", "p_intact", "p_edited", "drop_pct", "ci_low_pct", "ci_high_pct"]].round(4)
 
 # %%
 ppl_table = ppl_m.tables["women_ppl"]
@@ -106,40 +103,8 @@ ppl_table.round(4)
 # 95% interval) of the label-selected prototype's edits and of its alive same-layer controls.
 
 # %%
-fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), gridspec_kw={"width_ratios": [1.4, 1.6, 1.3]})
-ax = axes[0]
-for i, (key, g) in enumerate(strata.groupby("selected_by", sort=False)):
-    x = np.arange(len(g)) + (i - 0.5) * 0.35 * (strata.selected_by.nunique() - 1)
-    ax.bar(x, g.drop_pct, width=0.35, label=f"{key}: {g.prototype.iloc[0]}", color=f"C{i}")
-    ax.errorbar(x, g.drop_pct, yerr=[g.drop_pct - g.ci_low_pct, g.ci_high_pct - g.drop_pct], fmt="none", color="k", capsize=3)
-ax.set_xticks(range(3), [f"{s}\n(n={n})" for s, n in zip(strata.stratum[:3], strata.contexts[:3])])
-plotting.paper_line(ax, PAPER_DROP, f"paper (L9 P7): {PAPER_DROP:g}%")
-ax.axhline(0, color="0.6", lw=0.8)
-ax.set_ylabel('drop of mean p(" women") (%)'); ax.legend(fontsize=8)
-ax.set_title("Per stratum (validation)", fontsize=10)
-ax = axes[1]
-spec = pd.concat([label_m.tables["women_specificity"].assign(selected_by="label"),
-                  scan_m.tables["women_scan_specificity"].assign(selected_by="scan")])
-words = list(dict.fromkeys(spec.word))
-for i, (key, g) in enumerate(spec.groupby("selected_by", sort=False)):
-    g = g.set_index("word").loc[words]
-    x = np.arange(len(words)) + (i - 0.5) * 0.35
-    ax.bar(x, g.drop_pct, width=0.35, color=f"C{i}", label=key)
-    ax.errorbar(x, g.drop_pct, yerr=[g.drop_pct - g.ci_low_pct, g.ci_high_pct - g.drop_pct], fmt="none", color="k", capsize=2)
-ax.set_xticks(range(len(words)), [w.replace("gender-free coordination", "coord.\npairs") for w in words], fontsize=8)
-ax.axhline(0, color="0.6", lw=0.8); ax.legend(fontsize=8)
-ax.set_ylabel("drop of mean p(word) (%)"); ax.set_title("Specificity", fontsize=10)
-ax = axes[2]
-y = np.arange(len(ppl_table))
-ax.errorbar(ppl_table.ppl_change_pct, y, xerr=[ppl_table.ppl_change_pct - ppl_table.ci_low_pct,
-                                               ppl_table.ci_high_pct - ppl_table.ppl_change_pct],
-            fmt="o", color="k", capsize=3)
-ax.set_yticks(y, ppl_table.edit, fontsize=7.5); ax.invert_yaxis()
-ax.axvline(0, color="0.6", lw=0.8)
-ax.axvline(PAPER_PPL, color="C2", ls="--", lw=1, label=f"paper: < {PAPER_PPL:g}%")
-ax.set_xlabel("perplexity change (%)"); ax.legend(fontsize=8)
-ax.set_title(f"Perplexity ({ppl_m.values['ppl_blocks']} random blocks)", fontsize=10)
-fig.tight_layout()
+fig = figures.women_ablation_figure(strata, spec, ppl_table, paper_drop=PAPER_DROP, paper_ppl=PAPER_PPL,
+                                   ppl_blocks=ppl_m.values["ppl_blocks"])
 plotting.savefig(fig, "protot/women_ablation", profile=nb.profile)
 plt.show()
 
@@ -160,41 +125,9 @@ plt.show()
 assert all(torch.equal(t, weights_before[n]) for n, t in model.state_dict().items()), "the edits were not undone exactly"
 assert all(not m.mask_write and not m.mask_read for m in model.mixers())
 assert ppl_m.values["ppl_blocks"] == SETTINGS["ppl_blocks"] and set(strata.stratum) == set(ablation.STRATA)
-
-
-def strata_text(m):
-    return "; ".join(f"{s} {m.values[f'{s}_drop_pct']:.2f}% [{m.values[f'{s}_ci_low_pct']:.2f}, "
-                     f"{m.values[f'{s}_ci_high_pct']:.2f}] (n={m.values[f'{s}_contexts']})" for s in ablation.STRATA)
-
-
-scale = f"Model: {lm.description}; the paper's L9 P7 does not exist in it."
-label_m.note = (
-    f"Selected by label on the training split: {ev['prototype']} ({ev['selection_gate']} gate, score {ev['selection_score']:.3f}, "
-    f"female words among its top-10 tokens {100 * ev['female_top_share']:.0f}%; top write tokens [{ev['label']['write_tokens']}]); "
-    f"labelled female: {v['labelled_female']}. On {ev['validation_contexts']} validation contexts its mask lowers mean p(women) "
-    f"by {v['drop_pct']:.2f}% (95% CI {v['ci_low_pct']:.2f}..{v['ci_high_pct']:.2f}); per stratum: {strata_text(label_m)}. "
-    "Other words: " + ", ".join(f"{w!r} {d:+.2f}%" for w, d in ev["other_drops_pct"].items())
-    + f"; largest alive same-layer control drop {max(ev['control_drops_pct'].values(), default=float('nan')):.2f}%. "
-    f"Specificity margin {v['specificity_margin']:+.2f} points (95% CI {v['specificity_margin_ci_low']:+.2f}.."
-    f"{v['specificity_margin_ci_high']:+.2f}), control margin {v['control_margin']:+.2f} ({v['control_margin_ci_low']:+.2f}.."
-    f"{v['control_margin_ci_high']:+.2f}). "
-    f"Context effect on ' women' {v['context_effect_nats']:.3f} nats. " + scale)
-ppl_m.note = (
-    f"Perplexity on {ppl_m.values['ppl_blocks']} random validation blocks: {ppl_m.evidence['ppl_intact']:.2f} intact, "
-    f"{ppl_m.values['ppl_change_pct']:+.3f}% with {ppl_m.evidence['prototype']} masked (95% CI "
-    f"{ppl_m.values['ppl_ci_low_pct']:+.3f}..{ppl_m.values['ppl_ci_high_pct']:+.3f}); alive same-layer controls: "
-    + ", ".join(f"{e.replace('control ', '')} {c:+.3f}%" for e, c in ppl_m.evidence["control_ppl_change_pct"].items())
-    + f"; target_vs_controls {ppl_m.values['target_vs_controls']:.2f} points (95% CI "
-    f"{ppl_m.values['target_vs_controls_ci_low']:.2f}..{ppl_m.values['target_vs_controls_ci_high']:.2f}). " + scale)
-scan_m.note = (
-    f"Causal scan winner {sev['prototype']} ({sev['candidates_scanned']} prototypes, {sev['selection_contexts']} training "
-    f"contexts; training drop {sev['selected_train_drop_pct']:.2f}%), class {sev['class']!r} (top write tokens "
-    f"[{sev['label']['write_tokens']}]). Validation drop {sv['drop_pct']:.2f}% (95% CI {sv['ci_low_pct']:.2f}.."
-    f"{sv['ci_high_pct']:.2f}); per stratum: {strata_text(scan_m)}. Other words: "
-    + ", ".join(f"{w!r} {d:+.2f}%" for w, d in sev["other_drops_pct"].items())
-    + f". Specificity margin {sv['specificity_margin']:+.2f} points (95% CI {sv['specificity_margin_ci_low']:+.2f}.."
-    f"{sv['specificity_margin_ci_high']:+.2f}), control margin {sv['control_margin']:+.2f} ({sv['control_margin_ci_low']:+.2f}.."
-    f"{sv['control_margin_ci_high']:+.2f}). " + scale)
+label_m.note = notes.women_label(label_m, model=lm.description)
+ppl_m.note = notes.women_ppl(ppl_m, model=lm.description)
+scan_m.note = notes.women_scan(scan_m, model=lm.description)
 assert (label_m.claim, ppl_m.claim, scan_m.claim) == (
     "protot/women-prototype-ablation", "protot/women-ablation-ppl", "protot/women-causal-scan")
 label_v = claims.conclude(label_m, profile=nb.profile, seed=nb.seed)

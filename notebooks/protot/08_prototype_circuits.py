@@ -37,7 +37,7 @@ import pandas as pd
 import torch
 
 from compendium import claims, notebook, plotting, profiles
-from protot import circuits, concepts, intervene
+from protot import circuits, concepts, intervene, notes
 from protot.train import packing
 
 nb = notebook.start("protot/08_prototype_circuits", PROFILE, SEED, DEVICE,
@@ -197,17 +197,8 @@ plt.show()
 # `claims.yaml` before measuring.
 
 # %%
-meas.note = (
-    f"Selected L{LAYER} P{K} (notebook 06's rule; mask drop {scan.drop_pct.iloc[0]:.2f}% on training contexts). "
-    f"Over {v['n_occurrences']} validation occurrences of ' women' the own embedding carries {v['embed_share']:.3f} of the "
-    f"positive attribution of the centred write logit (mean centred logit {ev['mean_centred_logit_word']:.3f}); at "
-    f"{ev['n_null_positions']} null positions (other tokens, write gate in the top 5%) {ev['embed_share_null']:.3f}; "
-    f"difference {v['embed_share_margin']:+.3f} (95% CI {v['embed_share_margin_ci_low']:.3f}..{v['embed_share_margin_ci_high']:.3f}); "
-    f"share 95% CI {v['embed_share_ci_low']:.3f}..{v['embed_share_ci_high']:.3f}. Write selectivity "
-    f"{v['write_selectivity']:.2f}; decomposition error {v['decomposition_error']:.1e}. By kind at the word: "
-    + ", ".join(f"{k} {x:.3f}" for k, x in ev["share_by_kind"]["word"].items())
-    + f". Untrained ProtoT of the same config, same (layer, prototype): embedding share {ev['untrained']['embed_share']:.3f}, "
-    f"write selectivity {ev['untrained']['write_selectivity']:.2f}. Model: {lm.description}.")
+meas.note = notes.women_write_circuit(meas, layer=LAYER, prototype=K, train_drop_pct=float(scan.drop_pct.iloc[0]),
+                                     model=lm.description)
 assert meas.claim == "protot/women-write-circuit"
 verdict = claims.conclude(meas, profile=nb.profile, seed=nb.seed)
 verdict

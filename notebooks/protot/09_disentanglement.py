@@ -39,7 +39,7 @@ import pandas as pd
 import torch
 
 from compendium import claims, notebook, plotting, profiles
-from protot import concepts, labels, sae as S, disentangle as D
+from protot import concepts, figures, labels, notes, sae as S, disentangle as D
 from protot.train import packing, pretrained
 
 nb = notebook.start("protot/09_disentanglement", PROFILE, SEED, DEVICE,
@@ -119,31 +119,8 @@ table.round(3)
 match = scores[0].match
 per_unit = pd.concat([s.per_unit for s in scores], ignore_index=True)
 per_unit["best_token"] = [tok.decode([int(i)]) for i in per_unit.best_token_id]
-fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-ax = axes[0]
 kinds = [s.kind for s in scores]
-data = [s.per_unit.disentanglement.dropna().to_numpy() for s in scores]
-colors = ["C3", "C0", "C2", "0.6", "0.6", "0.6"]
-parts = ax.boxplot(data, orientation="horizontal", widths=0.6, patch_artist=True, showfliers=False)
-for patch, c in zip(parts["boxes"], colors):
-    patch.set_facecolor(c); patch.set_alpha(0.6)
-ax.scatter(table.disentanglement, np.arange(1, len(kinds) + 1), color="k", zorder=3, s=14, label="mean")
-ax.set_yticks(np.arange(1, len(kinds) + 1), [f"{k} ({s.scored})" for k, s in zip(kinds, scores)], fontsize=8)
-ax.invert_yaxis()
-ax.set_xlabel("disentanglement per unit: 1 - H(class profile) / log C")
-ax.set_title("Disentanglement (box: units; dot: mean)", fontsize=10)
-ax.legend(fontsize=8)
-ax = axes[1]
-y = np.arange(len(kinds))
-cov = table[f"coverage_at_{match}"].to_numpy()
-err = np.stack([cov - table.cov_ci_low, table.cov_ci_high - cov])
-ax.barh(y, cov, color=colors, alpha=0.8, xerr=err, capsize=3)
-ax.scatter(table.coverage_all, y, marker="|", color="k", s=120, zorder=3, label="all units")
-ax.set_yticks(y, kinds, fontsize=8); ax.invert_yaxis()
-ax.set_xlabel(f"share of the {classes.n} classes with a unit >= {THRESHOLD:g}x selective")
-ax.set_title(f"Coverage at {match} units (bar, 95% of subsets) and with all units (|)", fontsize=10)
-ax.legend(fontsize=8, loc="lower right")
-fig.tight_layout()
+fig = figures.disentanglement_figure(scores, table, n_classes=classes.n, threshold=THRESHOLD)
 plotting.savefig(fig, "protot/disentanglement_coverage", profile=nb.profile)
 plt.show()
 
@@ -182,13 +159,8 @@ m = D.measure(table, prototypes=kinds[0], heads=kinds[1], sae=kinds[2],
               tables={"disentanglement_units": per_unit})
 assert m.claim == "protot/disentanglement-coverage"
 v = m.values
-m.note = (
-    f"Disentanglement (mean over units of 1 - normalised entropy of the class profile over {classes.n} frequent "
-    f"token types): prototypes {v['d_prototypes']:.3f}, heads {v['d_heads']:.3f}, SAE features {v['d_sae']:.3f}; "
-    f"coverage at {match} units (classes with a unit >= {THRESHOLD:g}x selective): {v['coverage_prototypes']:.3f}, "
-    f"{v['coverage_heads']:.3f}, {v['coverage_sae']:.3f}. Gaps to the nulls: "
-    + ", ".join(f"{k} {g:+.3f}" for k, g in m.evidence["null_gaps"].items())
-    + f". SAE: {SAE_CONFIG.n_features} features, k={SAE_CONFIG.k}, after block {SAE_CONFIG.layer}, explained "
-    f"variance {ev:.3f}. Our definitions, not the paper's; small CPU models.")
+m.note = notes.disentanglement_coverage(m, n_classes=classes.n, match=match, threshold=THRESHOLD,
+                                       sae_features=SAE_CONFIG.n_features, sae_k=SAE_CONFIG.k,
+                                       sae_layer=SAE_CONFIG.layer, explained_variance=ev)
 verdict = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 verdict

@@ -36,7 +36,7 @@ import torch
 
 from accpp import models as offline
 from compendium import claims, notebook, plotting, profiles
-from protot import preference as P
+from protot import notes, preference as P
 from protot.train import packing, pretrained
 from protot.train import tokenizer as tk
 
@@ -150,12 +150,8 @@ table.round(2)
 assert len(judgements) == len(prompts) * len(items) * (len(items) - 1)
 assert m.values["n_prompts"] == len(prompts) and m.values["architectures_compared"] == len(loaded)
 v = m.values
-m.note = (
-    f"{v['n_prompts']} prompts ({PREFIX} + {CONTINUATION} tokens of validation text), judge {PROTOCOL['judge']} "
-    f"(A/B log-odds, both orders): order-consistent in {v['judge_order_consistency']:.1%} of pairs, the human "
-    f"continuation's mean score {v['human_preference']:.3f}, answer A in {bias['share_first']:.1%} of judgements. "
-    f"Elo gap ProtoT - LLaMA {v['elo_gap_llama']:+.1f} (95% interval {v['elo_gap_llama_ci_low']:+.1f} to "
-    f"{v['elo_gap_llama_ci_high']:+.1f}); not compared: {', '.join(missing) or 'none'}. "
-    f"{per_judgement:.2f} CPU s per judgement.")
+m.note = notes.generation_elo(m, prefix=PREFIX, continuation=CONTINUATION, judge=PROTOCOL["judge"],
+                              share_first=bias["share_first"], not_compared=missing,
+                              seconds_per_judgement=per_judgement)
 verdict = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 verdict

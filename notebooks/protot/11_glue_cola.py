@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 
 from compendium import claims, notebook, plotting, profiles
-from protot import cola
+from protot import cola, figures, notes
 from protot.train import pretrained
 from protot.train import tokenizer as tk
 
@@ -112,28 +112,10 @@ m = cola.measure(dev.label.to_numpy(), preds, protot=PROTOT, llama=LLAMA, n_boot
                            "selection_cpu_seconds": selection_cpu_seconds,
                            "finetune_cpu_seconds": finetune_cpu_seconds})
 v = m.values
-rows = [("ProtoT", v["protot_cola"], v["protot_cola_ci_low"], v["protot_cola_ci_high"]),
-        ("LLaMA", v["llama_cola"], v["llama_cola_ci_low"], v["llama_cola_ci_high"])]
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
-ax = axes[0]
-for i, (_, val, lo, hi) in enumerate(rows):
-    ax.errorbar(val, i, xerr=[[val - lo], [hi - val]], fmt="o", color=f"C{i}", capsize=4)
-    ax.scatter(m.evidence["per_seed"][PROTOT if i == 0 else LLAMA], [i] * len(PROTOCOL["seeds"]),
-               marker="x", color=f"C{i}", alpha=0.6)
-for j, (k, p) in enumerate(floors.items()):
-    ax.axvline(cola.matthews(dev.label, p), color="0.5", ls=[":", "--"][j], lw=1, label=k)
-ax.axvline(claims.get_claim(CLAIM).paper_value, color="C3", ls="-.", lw=1, label="paper: ProtoT (larger model)")
-ax.set_yticks(range(2), [r[0] for r in rows]); ax.invert_yaxis(); ax.legend(fontsize=8)
-ax.set_xlabel("CoLA validation MCC x 100 (x: seeds; bar: 95% interval of the seed mean)")
-ax = axes[1]
-ax.errorbar(v["cola_gap_to_llama"], 0, xerr=[[v["cola_gap_to_llama"] - v["cola_gap_to_llama_ci_low"]],
-                                              [v["cola_gap_to_llama_ci_high"] - v["cola_gap_to_llama"]]],
-            fmt="o", color="k", capsize=4)
-ax.axvline(claims.get_claim(CLAIM).check.threshold, color="C3", ls="--", lw=1, label="threshold: -5")
-ax.axvline(0, color="0.6", lw=0.8)
-ax.set_yticks([]); ax.set_xlabel("ProtoT - LLaMA (MCC x 100)"); ax.legend(fontsize=8)
-ax.set_title(f"{len(dev)} validation sentences ({nb.profile})", fontsize=10)
-fig.tight_layout()
+floor_mcc = {k: cola.matthews(dev.label, p) for k, p in floors.items()}
+fig = figures.glue_cola_figure(v, m.evidence["per_seed"], floor_mcc, protot=PROTOT, llama=LLAMA,
+                               paper_value=claims.get_claim(CLAIM).paper_value,
+                               threshold=claims.get_claim(CLAIM).check.threshold, n_dev=len(dev), profile=nb.profile)
 plotting.savefig(fig, "protot/glue_cola", profile=nb.profile)
 plt.show()
 
@@ -146,11 +128,7 @@ plt.show()
 
 # %%
 assert v["n_dev"] == len(dev) and len(preds[PROTOT]) == len(preds[LLAMA]) == len(PROTOCOL["seeds"])
-m.note = (f"CoLA validation ({v['n_dev']} sentences), mean of {len(PROTOCOL['seeds'])} seed(s) x "
-          f"{PROTOCOL['epochs']} epoch(s): ProtoT {v['protot_cola']:.1f} [{v['protot_cola_ci_low']:.1f}, "
-          f"{v['protot_cola_ci_high']:.1f}], LLaMA {v['llama_cola']:.1f} [{v['llama_cola_ci_low']:.1f}, "
-          f"{v['llama_cola_ci_high']:.1f}], gap {v['cola_gap_to_llama']:+.1f} [{v['cola_gap_to_llama_ci_low']:+.1f}, "
-          f"{v['cola_gap_to_llama_ci_high']:+.1f}]; bag of words {cola.matthews(dev.label, floors['bag of words']):.1f}; "
-          f"learning rates {chosen}.")
+m.note = notes.glue_cola(m, n_seeds=len(PROTOCOL["seeds"]), epochs=PROTOCOL["epochs"],
+                         bow_mcc=floor_mcc["bag of words"], learning_rates=chosen)
 verdict = claims.conclude(m, profile=nb.profile, seed=nb.seed)
 verdict
