@@ -82,7 +82,7 @@ def _settle_output(output: Path) -> str:
 def _record(run_dir: Path, name: str, executed: Path, **entry: Any) -> None:
     """:func:`compendium.runs.set_status`; where that write stops for want of room, the executed copy
     (the largest file this notebook made) is removed and the notebook recorded as failed, "disk
-    full", so that status.json never keeps saying "running"."""
+    full" (or "file too large"), so that status.json never keeps saying "running"."""
     try:
         runs.set_status(run_dir, name, **entry)
         return
@@ -93,8 +93,9 @@ def _record(run_dir: Path, name: str, executed: Path, **entry: Any) -> None:
     removed = executed.exists()
     executed.unlink(missing_ok=True)
     ended = "failed" if entry.get("status") == runs.FAILED else "ran to its end"
-    entry = {**entry, "status": runs.FAILED, "reason": "disk full", "output": None,
-             "error": f"{entry.get('error') or f'notebook {name!r} {ended}'}\n  disk full: its status could not be "
+    why = "file too large" if first.errno == errno.EFBIG else "disk full"
+    entry = {**entry, "status": runs.FAILED, "reason": why, "output": None,
+             "error": f"{entry.get('error') or f'notebook {name!r} {ended}'}\n  {why}: its status could not be "
                       "recorded (" + str(first) + ")" + ("; its executed copy was removed to make room" if removed else "")}
     try:
         runs.set_status(run_dir, name, **entry)
