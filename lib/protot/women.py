@@ -8,6 +8,7 @@ selected prototype's effect looks like.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import pandas as pd
@@ -41,9 +42,7 @@ def women_settings(protocol: dict, *, seed: int) -> dict:
     length as registered; ``n_controls: all`` means every alive control; ``n_reinit: k`` gives the
     reinitialisation seeds ``seed .. seed + k - 1``. The descriptive entries (model, word, selection,
     aggregation) are read by the notebook. A setting :func:`measure_women` does not take is an error."""
-    import inspect
-
-    known = set(inspect.signature(measure_women).parameters)
+    known = {f.name for f in fields(WomenSettings)}
     out = {}
     for key, value in protocol.items():
         if key in _DESCRIPTIVE:
@@ -62,186 +61,283 @@ def women_settings(protocol: dict, *, seed: int) -> dict:
     return out
 
 
-@torch.no_grad()
-def measure_women(model, tokenizer, train_stream: np.ndarray, val_stream: np.ndarray, *,
-                  word: str = " women", pairs=FEMALE_PAIRS, male_words=MALE_WORDS, coordinators=COORDINATORS,
-                  human_groups=HUMAN_GROUPS, gender_check_words=GENDER_CHECK_WORDS,
-                  label_blocks: int = 48, label_context: int = 256, word_windows: int = 64, word_context: int = 64,
-                  min_ratio: float = 2.0, min_top_share: float = 0.5, top: int = 10, min_count: int = 5,
-                  floor: float = 0.1, select_windows: int = 48, select_context: int = 64,
-                  context: int = 128, max_contexts: int | None = None, other_contexts: int = 64,
-                  coordination_n: int = 64, gender_contexts: int = 48, n_controls: int | None = 8,
-                  reinit_seeds=(0,), ppl_blocks: int = 128, ppl_context: int = 256, effect_context: int = 128,
-                  short: int = 8, n_boot: int = 2000, seed: int = 0, model_name: str = "", batch_size: int = 16):
-    """The women claims as :class:`compendium.claims.Measurement` objects:
-    (``protot/women-prototype-ablation``, ``protot/women-ablation-ppl``, ``protot/women-causal-scan``).
-    Every rule and number is the one registered in ``papers/protot/claims.yaml``; the arguments
-    name them.
+@dataclass(frozen=True)
+class WomenSettings:
+    """Every setting of :func:`measure_women` (the registered protocol's, :func:`women_settings`), by step:
+    the word and its word lists; 1. the label (training split); 2. the causal scan (training split);
+    3. the validation contexts, strata, other words and controls; 4. perplexity; 5. power; the rest."""
+    word: str = " women"
+    pairs: tuple = FEMALE_PAIRS
+    male_words: tuple = MALE_WORDS
+    coordinators: tuple = COORDINATORS
+    human_groups: tuple = HUMAN_GROUPS
+    gender_check_words: tuple = GENDER_CHECK_WORDS
+    # 1. label
+    label_blocks: int = 48
+    label_context: int = 256
+    word_windows: int = 64
+    word_context: int = 64
+    min_ratio: float = 2.0
+    min_top_share: float = 0.5
+    top: int = 10
+    min_count: int = 5
+    floor: float = 0.1
+    # 2. causal scan
+    select_windows: int = 48
+    select_context: int = 64
+    # 3. judgement: contexts, strata, other words, controls
+    context: int = 128
+    max_contexts: int | None = None
+    other_contexts: int = 64
+    coordination_n: int = 64
+    gender_contexts: int = 48
+    n_controls: int | None = 8
+    reinit_seeds: tuple = (0,)
+    # 4. perplexity
+    ppl_blocks: int = 128
+    ppl_context: int = 256
+    # 5. power
+    effect_context: int = 128
+    short: int = 8
+    # shared
+    n_boot: int = 2000
+    seed: int = 0
+    model_name: str = ""
+    batch_size: int = 16
 
-    1. Label (training split): alive prototypes (:func:`protot.usage.alive_mask` over
-       ``label_blocks`` random blocks, ``floor``); :func:`protot.labels.word_gates` of every word
-       of ``pairs`` (``word_windows`` windows of ``word_context`` tokens); the alive prototype whose
-       write or read profile most singles out the female words (:func:`protot.labels.label_scores`,
-       :func:`protot.labels.select_by_label`), and whether its label earns the name.
-    2. Causal scan (training split): every (layer, prototype) masked on ``select_windows`` contexts
-       of ``select_context`` tokens before ``word``; the largest drop of mean p(word) wins.
-    3. Judgement (validation): the ``context`` tokens before every occurrence of ``word`` (at most
-       ``max_contexts``), stratified (:func:`protot.ablation.stratify`: ``coordinators``; topical = a female or
-       male word, or its capitalised form, in the window); :func:`protot.ablation.judge_edit` for each
-       selected prototype, against ``human_groups`` and gender-free coordination contexts (validation)
-       and ``gender_check_words`` (training: too rare in validation), with up to ``n_controls`` alive
-       same-layer controls; :func:`protot.ablation.edit_margins`: its specificity margin (against the
-       human groups and the coordination contexts) and control margin, with intervals over contexts.
-    4. Perplexity (validation): ``ppl_blocks`` random blocks of ``ppl_context`` tokens, intact, with
-       the label-selected prototype masked or reinitialised, and with each of its controls masked;
-       :func:`protot.ablation.ppl_change_interval`.
-    5. Power: :func:`protot.context_use.target_context_effect` of ``word``.
-    """
-    from compendium import claims
-    from protot import context_use as cu
+    def config(self) -> dict:
+        """The measurement's recorded config (the keys and forms the results have always had)."""
+        return {"model": self.model_name, "word": self.word, "pairs": [list(p) for p in self.pairs],
+                "male_words": list(self.male_words), "coordinators": list(self.coordinators),
+                "human_groups": list(self.human_groups), "gender_check_words": list(self.gender_check_words),
+                "label_blocks": self.label_blocks, "label_context": self.label_context,
+                "word_windows": self.word_windows, "word_context": self.word_context, "min_ratio": self.min_ratio,
+                "min_top_share": self.min_top_share, "top": self.top, "min_count": self.min_count,
+                "dead_floor": self.floor, "select_windows": self.select_windows,
+                "select_context": self.select_context, "context": self.context, "max_contexts": self.max_contexts,
+                "other_contexts": self.other_contexts, "coordination_contexts": self.coordination_n,
+                "gender_contexts": self.gender_contexts, "n_controls": self.n_controls,
+                "reinit_seeds": list(self.reinit_seeds), "ppl_blocks": self.ppl_blocks,
+                "ppl_context": self.ppl_context, "effect_context": self.effect_context, "short": self.short,
+                "n_boot": self.n_boot, "seed": self.seed}
+
+
+@dataclass
+class LabelStep:
+    """Step 1's outputs: the gates of the label sample, the alive mask, the word gates, the label scores
+    and the selection (:func:`protot.labels.select_by_label`)."""
+    stats: object
+    alive: np.ndarray
+    gates: object
+    scores: pd.DataFrame
+    selection: object
+
+
+def select_by_label(model, tokenizer, train_stream: np.ndarray, s: WomenSettings) -> LabelStep:
+    """1. The prototype found by its label (training split): alive prototypes over ``label_blocks``
+    random blocks; the word gates of every word of ``pairs``; the alive prototype whose write or read
+    profile most singles out the female words, and whether its label earns the name."""
     from protot import labels as lb
     from protot.concepts import sample_blocks
-    from protot.usage import alive_mask, dead_prototypes
+    from protot.usage import alive_mask
 
-    tid = token_id(tokenizer, word)
+    female = [a for a, _ in s.pairs]
+    stats = collect_gates(model, sample_blocks(train_stream, s.label_blocks, s.label_context, seed=s.seed), batch_size=8)
+    alive = alive_mask(stats, s.floor)
+    gates = lb.word_gates(model, tokenizer, train_stream, [w for p in s.pairs for w in p], windows=s.word_windows,
+                          context=s.word_context, seed=s.seed, batch_size=s.batch_size)
+    scores = lb.label_scores(gates, s.pairs, alive)
+    sel = lb.select_by_label(scores, stats, gates, female, top=s.top, min_count=s.min_count, min_ratio=s.min_ratio,
+                             min_top_share=s.min_top_share)
+    return LabelStep(stats, alive, gates, scores, sel)
+
+
+def label_of(step: LabelStep, tokenizer, layer: int, k: int, s: WomenSettings) -> dict:
+    """(gate, score, top_share, labelled, write tokens, read tokens, contexts, alive) of any prototype,
+    by step 1's rule."""
+    from protot import labels as lb
+
+    female = [a for a, _ in s.pairs]
+    scores, stats = step.scores, step.stats
+    row = scores[(scores.layer == layer) & (scores.prototype == k)].iloc[0]   # its best gate
+    share = lb.top_token_share(stats, step.gates, female, layer, k, row.gate, top=s.top, min_count=s.min_count)
+    tt = {g: " | ".join(repr(t)[1:-1] for t in lb.top_tokens(stats, tokenizer, layer, k, gate=g, top=s.top,
+                                                             min_count=s.min_count)["token"]) for g in ("write", "read")}
+    ctxs = " || ".join(lb.top_contexts(stats, tokenizer, layer, k, top=3).context)
+    return {"gate": row.gate, "score": float(row.score), "top_share": share,
+            "labelled": bool(row.score >= math.log(s.min_ratio) and share >= s.min_top_share),
+            "write_tokens": tt["write"], "read_tokens": tt["read"], "top_contexts": ctxs, "alive": bool(step.alive[layer, k])}
+
+
+def causal_scan(model, train_stream: np.ndarray, tid: int, alive: np.ndarray, s: WomenSettings):
+    """2. The causal scan (training split): every (layer, prototype) masked on ``select_windows`` contexts
+    of ``select_context`` tokens before the word; the largest drop of mean p(word) wins. Returns
+    (the contexts, the scan table with an ``alive`` column, the winner (layer, prototype))."""
     L, R = model.config.num_hidden_layers, model.config.num_prototypes
-    female = [a for a, _ in pairs]
-    ids_of = lambda words: [token_id(tokenizer, w) for w in words]   # noqa: E731
-
-    # 1. the prototype found by its label (training split)
-    label_stats = collect_gates(model, sample_blocks(train_stream, label_blocks, label_context, seed=seed), batch_size=8)
-    alive = alive_mask(label_stats, floor)
-    gates = lb.word_gates(model, tokenizer, train_stream, [w for p in pairs for w in p], windows=word_windows,
-                          context=word_context, seed=seed, batch_size=batch_size)
-    scores = lb.label_scores(gates, pairs, alive)
-    sel = lb.select_by_label(scores, label_stats, gates, female, top=top, min_count=min_count,
-                             min_ratio=min_ratio, min_top_share=min_top_share)
-
-    def label_of(layer, k):
-        """(gate, score, top_share, labelled, write tokens, read tokens) of any prototype, by the same rule."""
-        row = scores[(scores.layer == layer) & (scores.prototype == k)].iloc[0]   # its best gate
-        share = lb.top_token_share(label_stats, gates, female, layer, k, row.gate, top=top, min_count=min_count)
-        tt = {g: " | ".join(repr(t)[1:-1] for t in lb.top_tokens(label_stats, tokenizer, layer, k, gate=g, top=top,
-                                                                 min_count=min_count)["token"]) for g in ("write", "read")}
-        ctxs = " || ".join(lb.top_contexts(label_stats, tokenizer, layer, k, top=3).context)
-        return {"gate": row.gate, "score": float(row.score), "top_share": share,
-                "labelled": bool(row.score >= math.log(min_ratio) and share >= min_top_share),
-                "write_tokens": tt["write"], "read_tokens": tt["read"], "top_contexts": ctxs, "alive": bool(alive[layer, k])}
-
-    # 2. the causal scan (training split)
-    sel_ctx = windows_at(train_stream, tid, select_context, where="before", max_windows=select_windows, seed=seed)
+    sel_ctx = windows_at(train_stream, tid, s.select_context, where="before", max_windows=s.select_windows, seed=s.seed)
     if len(sel_ctx) < 8:
-        raise ValueError(f"{word!r} has only {len(sel_ctx)} training contexts of {select_context} tokens; need >= 8")
-    scan = mask_scan(model, sel_ctx, tid, [(l, k) for l in range(L) for k in range(R)], batch_size=batch_size)
+        raise ValueError(f"{s.word!r} has only {len(sel_ctx)} training contexts of {s.select_context} tokens; need >= 8")
+    scan = mask_scan(model, sel_ctx, tid, [(l, k) for l in range(L) for k in range(R)], batch_size=s.batch_size)
     scan["alive"] = [bool(alive[l, k]) for l, k in zip(scan.layer, scan.prototype)]
-    win = (int(scan.layer.iloc[0]), int(scan.prototype.iloc[0]))
+    return sel_ctx, scan, (int(scan.layer.iloc[0]), int(scan.prototype.iloc[0]))
 
-    # 3. validation contexts, strata and the other words
-    ctx = windows_at(val_stream, tid, context, where="before", max_windows=max_contexts, seed=seed)
+
+def judgement_contexts(model, tokenizer, train_stream: np.ndarray, val_stream: np.ndarray, tid: int,
+                       s: WomenSettings):
+    """3a. The validation contexts before every occurrence of the word (at most ``max_contexts``), their
+    strata, and the other words' context sets (human groups and gender-free coordination on validation,
+    ``gender_check_words`` on training), each with its intact p(target). Returns (main, strata, others,
+    the names the specificity margin compares with)."""
+    ids_of = lambda words: [token_id(tokenizer, w) for w in words]   # noqa: E731
+    female = [a for a, _ in s.pairs]
+    ctx = windows_at(val_stream, tid, s.context, where="before", max_windows=s.max_contexts, seed=s.seed)
     if len(ctx) < 10:
-        raise ValueError(f"{word!r} has only {len(ctx)} validation contexts of {context} tokens; need >= 10")
-    gender_ids = word_ids(tokenizer, female + list(male_words), capitalised=True)
-    strata = stratify(ctx, ids_of(coordinators), gender_ids)
-    main = ContextSet(word, ctx, tid, "validation")
+        raise ValueError(f"{s.word!r} has only {len(ctx)} validation contexts of {s.context} tokens; need >= 10")
+    gender_ids = word_ids(tokenizer, female + list(s.male_words), capitalised=True)
+    strata = stratify(ctx, ids_of(s.coordinators), gender_ids)
+    main = ContextSet(s.word, ctx, tid, "validation")
     others = []
-    for w in human_groups:
-        c = windows_at(val_stream, token_id(tokenizer, w), context, where="before", max_windows=other_contexts, seed=seed)
+    for w in s.human_groups:
+        c = windows_at(val_stream, token_id(tokenizer, w), s.context, where="before", max_windows=s.other_contexts,
+                       seed=s.seed)
         others.append(ContextSet(w, c, token_id(tokenizer, w), "validation"))
-    cc, ct = coordination_contexts(val_stream, tokenizer, context, coordination_n, coordinator_ids=ids_of(coordinators),
-                                   exclude_ids=gender_ids + word_ids(tokenizer, human_groups, capitalised=True), seed=seed)
+    cc, ct = coordination_contexts(val_stream, tokenizer, s.context, s.coordination_n,
+                                   coordinator_ids=ids_of(s.coordinators),
+                                   exclude_ids=gender_ids + word_ids(tokenizer, s.human_groups, capitalised=True),
+                                   seed=s.seed)
     others.append(ContextSet("gender-free coordination", cc, ct, "validation"))
-    for w in gender_check_words:
-        c = windows_at(train_stream, token_id(tokenizer, w), context, where="before", max_windows=gender_contexts, seed=seed)
+    for w in s.gender_check_words:
+        c = windows_at(train_stream, token_id(tokenizer, w), s.context, where="before", max_windows=s.gender_contexts,
+                       seed=s.seed)
         others.append(ContextSet(w, c, token_id(tokenizer, w), "train"))
-    for s in [main, *others]:
-        if len(s.contexts) < 5:
-            raise ValueError(f"{s.name!r} has only {len(s.contexts)} {s.split} contexts of {context} tokens; need >= 5")
-        s.p_intact = target_probs(model, s.contexts, s.target, batch_size)
-    checked = [word for word in [o.name for o in others] if word not in gender_check_words]
+    for cs in [main, *others]:
+        if len(cs.contexts) < 5:
+            raise ValueError(f"{cs.name!r} has only {len(cs.contexts)} {cs.split} contexts of {s.context} tokens; "
+                             "need >= 5")
+        cs.p_intact = target_probs(model, cs.contexts, cs.target, s.batch_size)
+    checked = [name for name in [o.name for o in others] if name not in s.gender_check_words]
+    return main, strata, others, checked
 
+
+def judge_selections(model, tokenizer, step: LabelStep, winner, main, strata, others, checked,
+                     s: WomenSettings) -> dict:
+    """3b. :func:`protot.ablation.judge_edit` of the label-selected prototype and of the scan's winner (one
+    judgement when they are the same prototype), each with up to ``n_controls`` alive same-layer
+    controls, its label, its margins (:func:`protot.ablation.edit_margins`) and its effect class."""
     judged = {}
-    for key, (layer, k) in (("label", (sel.layer, sel.prototype)), ("scan", win)):
+    for key, (layer, k) in (("label", (step.selection.layer, step.selection.prototype)), ("scan", winner)):
         if (layer, k) in [v["at"] for v in judged.values()]:
             judged[key] = next(v for v in judged.values() if v["at"] == (layer, k))
             continue
-        controls = alive_controls(alive, layer, k, n_controls, seed)
-        j = judge_edit(model, main, strata, others, layer, k, controls=controls, reinit_seeds=reinit_seeds,
-                       n_boot=n_boot, seed=seed, batch_size=batch_size)
-        j.update(at=(layer, k), controls_at=controls, label=label_of(layer, k),
-                 margins=edit_margins(j, checked, n_boot=n_boot, seed=seed))
+        controls = alive_controls(step.alive, layer, k, s.n_controls, s.seed)
+        j = judge_edit(model, main, strata, others, layer, k, controls=controls, reinit_seeds=s.reinit_seeds,
+                       n_boot=s.n_boot, seed=s.seed, batch_size=s.batch_size)
+        j.update(at=(layer, k), controls_at=controls, label=label_of(step, tokenizer, layer, k, s),
+                 margins=edit_margins(j, checked, n_boot=s.n_boot, seed=s.seed))
         j["class"] = effect_class(j["label"]["labelled"], j["strata"])
         judged[key] = j
+    return judged
 
-    # 4. perplexity on random validation blocks: the label-selected prototype and its controls
-    blocks = sample_blocks(val_stream, ppl_blocks, ppl_context, seed=seed)
+
+def perplexity_of_edits(model, val_stream: np.ndarray, sel, controls_at, s: WomenSettings):
+    """4. Perplexity on ``ppl_blocks`` random validation blocks of ``ppl_context`` tokens: intact, with the
+    label-selected prototype masked or reinitialised, and with each of its controls masked
+    (:func:`protot.ablation.ppl_change_interval`). Returns (the blocks, the table, the intact perplexity)."""
+    from protot.concepts import sample_blocks
+
+    blocks = sample_blocks(val_stream, s.ppl_blocks, s.ppl_context, seed=s.seed)
     nll0 = block_nll(model, blocks)
-    lab = judged["label"]
     ppl_rows = []
     edits = [Edit("mask", sel.layer, sel.prototype, name="selected: mask")]
-    edits += [Edit("reinit", sel.layer, sel.prototype, seed=s, name=f"selected: reinit seed {s}") for s in reinit_seeds]
-    edits += [Edit("mask", sel.layer, j, name=f"control L{sel.layer} P{j}") for j in lab["controls_at"]]
+    edits += [Edit("reinit", sel.layer, sel.prototype, seed=r, name=f"selected: reinit seed {r}") for r in s.reinit_seeds]
+    edits += [Edit("mask", sel.layer, j, name=f"control L{sel.layer} P{j}") for j in controls_at]
     for e in edits:
         with edited(model, e):
-            ch, lo, hi = ppl_change_interval(nll0, block_nll(model, blocks), ppl_context - 1, n_boot=n_boot, seed=seed)
+            ch, lo, hi = ppl_change_interval(nll0, block_nll(model, blocks), s.ppl_context - 1, n_boot=s.n_boot,
+                                             seed=s.seed)
         ppl_rows.append({"edit": e.label(), "layer": e.layer, "prototype": e.k, "ppl_change_pct": ch,
                          "ci_low_pct": lo, "ci_high_pct": hi})
-    ppl_df = pd.DataFrame(ppl_rows)
-    ppl_intact = float(math.exp(nll0.sum() / (len(nll0) * (ppl_context - 1))))
+    ppl_intact = float(math.exp(nll0.sum() / (len(nll0) * (s.ppl_context - 1))))
+    return blocks, pd.DataFrame(ppl_rows), ppl_intact
 
-    # 5. power
-    eff_df, eff, eff_ci = cu.target_context_effect(model, val_stream, tokenizer, word, context=effect_context,
-                                                   short=short, max_contexts=None, batch_size=batch_size,
-                                                   n_boot=n_boot, seed=seed)
 
-    def strata_table(key):
+def _values_of(j) -> dict:
+    st = j["strata"].set_index("stratum")
+    v = {"drop_pct": j["overall"]["drop_pct"], "ci_low_pct": j["overall"]["ci_low_pct"],
+         "ci_high_pct": j["overall"]["ci_high_pct"], **j["margins"], "n_contexts": int(j["overall"]["contexts"])}
+    for stratum in STRATA:
+        v |= {f"{stratum}_drop_pct": float(st.loc[stratum, "drop_pct"]),
+              f"{stratum}_ci_low_pct": float(st.loc[stratum, "ci_low_pct"]),
+              f"{stratum}_ci_high_pct": float(st.loc[stratum, "ci_high_pct"]),
+              f"{stratum}_contexts": int(st.loc[stratum, "contexts"])}
+    return v
+
+
+def _evidence_of(j) -> dict:
+    return {"prototype": f"L{j['at'][0]} P{j['at'][1]}", "label": j["label"], "class": j["class"],
+            "reinit_drop_pct": [r["drop_pct"] for r in j["reinit"]],
+            "other_drops_pct": {r.word: r.drop_pct for r in j["others"].itertuples()},
+            "control_drops_pct": {f"L{r.layer} P{r.prototype}": r.drop_pct for r in j["controls"].itertuples()},
+            "p_intact": j["overall"]["p_intact"], "p_masked": j["overall"]["p_edited"]}
+
+
+def _strata_table(judged: dict) -> pd.DataFrame:
+    def one(key):
         j = judged[key]
         return j["strata"].assign(prototype=f"L{j['at'][0]} P{j['at'][1]}", selected_by=key)
 
-    strata_df = pd.concat([strata_table("label"), strata_table("scan")], ignore_index=True)
     if judged["label"] is judged["scan"]:
-        strata_df = strata_table("label").assign(selected_by="label and scan")
-    config = {"model": model_name, "word": word, "pairs": [list(p) for p in pairs], "male_words": list(male_words),
-              "coordinators": list(coordinators), "human_groups": list(human_groups),
-              "gender_check_words": list(gender_check_words), "label_blocks": label_blocks,
-              "label_context": label_context, "word_windows": word_windows, "word_context": word_context,
-              "min_ratio": min_ratio, "min_top_share": min_top_share, "top": top, "min_count": min_count,
-              "dead_floor": floor, "select_windows": select_windows, "select_context": select_context,
-              "context": context, "max_contexts": max_contexts, "other_contexts": other_contexts,
-              "coordination_contexts": coordination_n, "gender_contexts": gender_contexts, "n_controls": n_controls,
-              "reinit_seeds": list(reinit_seeds), "ppl_blocks": ppl_blocks, "ppl_context": ppl_context,
-              "effect_context": effect_context, "short": short, "n_boot": n_boot, "seed": seed}
+        return one("label").assign(selected_by="label and scan")
+    return pd.concat([one("label"), one("scan")], ignore_index=True)
+
+
+@torch.no_grad()
+def measure_women(model, tokenizer, train_stream: np.ndarray, val_stream: np.ndarray,
+                  settings: WomenSettings | None = None, **overrides):
+    """The women claims as :class:`compendium.claims.Measurement` objects:
+    (``protot/women-prototype-ablation``, ``protot/women-ablation-ppl``, ``protot/women-causal-scan``).
+    Every rule and number is the one registered in ``papers/protot/claims.yaml``; ``settings``
+    (:class:`WomenSettings`, with ``overrides`` by field name) names them. The steps, in order:
+
+    1. :func:`select_by_label` (training split); 2. :func:`causal_scan` (training split);
+    3. :func:`judgement_contexts` and :func:`judge_selections` (validation: strata, specificity against
+       human groups, gender-free coordination and ``gender_check_words``, alive same-layer controls);
+    4. :func:`perplexity_of_edits` (validation blocks); 5. power:
+       :func:`protot.context_use.target_context_effect` of the word.
+    """
+    from compendium import claims
+    from protot import context_use as cu
+    from protot.usage import dead_prototypes
+
+    s = replace(settings or WomenSettings(), **overrides)
+    tid = token_id(tokenizer, s.word)
+    step = select_by_label(model, tokenizer, train_stream, s)                              # 1
+    sel, scores, alive = step.selection, step.scores, step.alive
+    sel_ctx, scan, winner = causal_scan(model, train_stream, tid, alive, s)                # 2
+    main, strata, others, checked = judgement_contexts(model, tokenizer, train_stream, val_stream, tid, s)   # 3
+    judged = judge_selections(model, tokenizer, step, winner, main, strata, others, checked, s)
+    lab = judged["label"]
+    blocks, ppl_df, ppl_intact = perplexity_of_edits(model, val_stream, sel, lab["controls_at"], s)           # 4
+    eff_df, eff, eff_ci = cu.target_context_effect(model, val_stream, tokenizer, s.word, context=s.effect_context,  # 5
+                                                   short=s.short, max_contexts=None, batch_size=s.batch_size,
+                                                   n_boot=s.n_boot, seed=s.seed)
+
+    strata_df = _strata_table(judged)
+    config = s.config()
     power = {"context_effect_nats": eff}
     power_ev = {"context_effect_ci_low": eff_ci[0], "context_effect_ci_high": eff_ci[1],
-                "context_effect_occurrences": len(eff_df), "validation_contexts": len(ctx),
-                "strata_counts": {s: int((strata == s).sum()) for s in STRATA},
+                "context_effect_occurrences": len(eff_df), "validation_contexts": len(main.contexts),
+                "strata_counts": {st: int((strata == st).sum()) for st in STRATA},
                 "dead_prototypes": int((~alive).sum()), "alive_per_layer": [int(a.sum()) for a in alive]}
-
-    def values_of(j):
-        st = j["strata"].set_index("stratum")
-        v = {"drop_pct": j["overall"]["drop_pct"], "ci_low_pct": j["overall"]["ci_low_pct"],
-             "ci_high_pct": j["overall"]["ci_high_pct"], **j["margins"], "n_contexts": int(j["overall"]["contexts"])}
-        for s in STRATA:
-            v |= {f"{s}_drop_pct": float(st.loc[s, "drop_pct"]), f"{s}_ci_low_pct": float(st.loc[s, "ci_low_pct"]),
-                  f"{s}_ci_high_pct": float(st.loc[s, "ci_high_pct"]), f"{s}_contexts": int(st.loc[s, "contexts"])}
-        return v
-
-    def evidence_of(j):
-        return {"prototype": f"L{j['at'][0]} P{j['at'][1]}", "label": j["label"], "class": j["class"],
-                "reinit_drop_pct": [r["drop_pct"] for r in j["reinit"]],
-                "other_drops_pct": {r.word: r.drop_pct for r in j["others"].itertuples()},
-                "control_drops_pct": {f"L{r.layer} P{r.prototype}": r.drop_pct for r in j["controls"].itertuples()},
-                "p_intact": j["overall"]["p_intact"], "p_masked": j["overall"]["p_edited"]}
-
-    scores_top = scores.head(20).copy()
     ablation_m = claims.Measurement(
         claim="protot/women-prototype-ablation",
-        values={**values_of(lab), **power, "labelled_female": bool(sel.labelled)},
-        evidence={**evidence_of(lab), **power_ev, "selection_score": sel.score, "selection_gate": sel.gate,
+        values={**_values_of(lab), **power, "labelled_female": bool(sel.labelled)},
+        evidence={**_evidence_of(lab), **power_ev, "selection_score": sel.score, "selection_gate": sel.gate,
                   "female_top_share": sel.top_share, "runner_up": f"L{int(scores[scores.alive].layer.iloc[1])} "
                   f"P{int(scores[scores.alive].prototype.iloc[1])} ({scores[scores.alive].gate.iloc[1]})"},
-        tables={"women_label_scores": scores_top, "women_strata": strata_df,
+        tables={"women_label_scores": scores.head(20).copy(), "women_strata": strata_df,
                 "women_specificity": lab["others"].assign(prototype=f"L{sel.layer} P{sel.prototype}"),
-                "women_controls": lab["controls"], "dead_prototypes": dead_prototypes(label_stats, floor)},
+                "women_controls": lab["controls"], "dead_prototypes": dead_prototypes(step.stats, s.floor)},
         config=config)
     mask_ppl = ppl_df.iloc[0]
     ctrl_ppl = ppl_df[ppl_df.edit.str.startswith("control")]
@@ -262,8 +358,8 @@ def measure_women(model, tokenizer, train_stream: np.ndarray, val_stream: np.nda
     sj = judged["scan"]
     scan_m = claims.Measurement(
         claim="protot/women-causal-scan",
-        values={**values_of(sj), **power},
-        evidence={**evidence_of(sj), **power_ev, "selected_train_drop_pct": float(scan.drop_pct.iloc[0]),
+        values={**_values_of(sj), **power},
+        evidence={**_evidence_of(sj), **power_ev, "selected_train_drop_pct": float(scan.drop_pct.iloc[0]),
                   "runner_up": f"L{int(scan.layer.iloc[1])} P{int(scan.prototype.iloc[1])}",
                   "runner_up_train_drop_pct": float(scan.drop_pct.iloc[1]), "candidates_scanned": len(scan),
                   "selection_contexts": len(sel_ctx)},

@@ -32,6 +32,7 @@ import os
 import signal
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -272,28 +273,33 @@ def read_metrics(out: str | Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def train(cfg: TrainConfig, out: str | Path, *, resume: bool = False, device: str | None = None,
-          max_steps: int | None = None, progress: bool = True, threads: int | None = None,
-          final_eval: bool = False, retarget_budget: bool = False, snapshot: str | Path | None = None,
-          rewarm_steps: int = 50, _kill_at_step: int | None = None) -> dict:
-    """Train ``cfg`` into folder ``out``; return a summary dict (also written to ``summary.json``).
+@dataclass
+class TrainSetup:
+    """What :func:`setup` builds for one run: the process's place in the run (rank, world size, device,
+    whether distributed), the per-rank and micro-batch sizes, the data streams and their key, the batch
+    schedule, the model, its optimiser and what its checkpoints must match (``expect``)."""
+    rank: int
+    world: int
+    dev: torch.device
+    distributed: bool
+    per_rank: int
+    micro: int
+    train_stream: np.ndarray
+    val_stream: np.ndarray
+    data_key: str
+    schedule: packing.BatchSchedule
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    expect: dict
 
-    ``resume``: continue from the latest checkpoint in ``out`` (start fresh if there is none).
-    ``max_steps``: stop after this many optimiser steps in total without changing the schedule.
-    ``final_eval``: evaluate validation and WikiText-2 perplexity in full at the end.
-    ``retarget_budget``: on resume, accept a checkpoint whose token budget differs from ``cfg.tokens``
-    (the cosine schedule is re-planned for the new budget from the checkpoint's step on; the change
-    is recorded as ``budget_history`` in the checkpoints and config.json). Nothing else may differ.
-    ``snapshot``: a snapshot folder (models/NAME) to continue from when ``out`` holds no checkpoint
-    (implies ``resume``); fresh AdamW, learning rate re-warmed over ``rewarm_steps`` steps.
-    ``_kill_at_step``: testing hook, SIGKILLs this process right after that step.
-    """
-    out = Path(out)
-    if snapshot is not None:
-        resume = True
-        if rewarm_steps < 1:
-            raise ValueError(f"rewarm_steps must be at least 1, got {rewarm_steps}")
-    check_out_dir(out)
+    @property
+    def master(self) -> bool:
+        return self.rank == 0
+
+
+def setup(cfg: TrainConfig, *, device: str | None = None, threads: int | None = None) -> TrainSetup:
+    """Set-up: threads, the process group, the batch split, the data (rank 0 builds the caches first;
+    the others then memory-map them), the tokenizer, the batch schedule, the model and its optimiser."""
     if threads:
         torch.set_num_threads(threads)
     rank, world, dev, distributed = _dist_setup(device)
@@ -303,7 +309,6 @@ def train(cfg: TrainConfig, out: str | Path, *, resume: bool = False, device: st
         raise ValueError(f"batch_size {cfg.batch_size} must divide by world_size x grad_accum = {world * cfg.grad_accum}")
     micro = per_rank // cfg.grad_accum
 
-    # Data (rank 0 builds the caches first; the others then memory-map them).
     if distributed and not master:
         torch.distributed.barrier()
     if cfg.data == "fineweb-edu":
@@ -323,119 +328,188 @@ def train(cfg: TrainConfig, out: str | Path, *, resume: bool = False, device: st
     optimizer = make_optimizer(cfg, model)
     expect = {"identity": cfg.identity(), "tokenizer_sha256": tk.tokenizer_hash(), "data_key": data_key,
               "world_size_independent": True}
+    return TrainSetup(rank, world, dev, distributed, per_rank, micro, train_stream, val_stream, data_key, schedule,
+                      model, optimizer, expect)
 
-    start = 0
+
+def _from_snapshot(su: TrainSetup, cfg: TrainConfig, snapshot, retarget_budget: bool, rewarm_steps: int):
+    """Resume from a snapshot folder: its weights, a fresh AdamW, the budget history with the snapshot
+    event; the RNG seeded per step (a snapshot holds no RNG state). Returns (start step, history)."""
+    man = load_snapshot(snapshot, su.model, cfg, su.expect, retarget_budget=retarget_budget, device=su.dev)
+    start = int(man["steps"])
+    old_tokens = man["train_config"]["tokens"]
+    budget_history = list(man.get("budget_history", []))
+    if old_tokens != cfg.tokens:
+        budget_history.append({"step": start, "from_tokens": old_tokens, "to_tokens": cfg.tokens})
+    folder = Path(man["_folder"])
+    try:
+        shown = folder.resolve().relative_to(paths.repo_root()).as_posix()
+    except ValueError:
+        shown = str(folder)
+    budget_history.append({"step": start, "event": SNAPSHOT_EVENT, "snapshot": shown,
+                           "snapshot_weights_sha256": man["weights_sha256"], "optimizer": "fresh AdamW",
+                           "rewarm_steps": int(rewarm_steps), "from_tokens": cfg.tokens, "to_tokens": cfg.tokens})
+    torch.manual_seed(cfg.seed * 1_000_003 + start)  # no RNG state in a snapshot: a fixed one per step
+    return start, budget_history
+
+
+def _from_checkpoint(su: TrainSetup, cfg: TrainConfig, ckpt, retarget_budget: bool):
+    """Resume from a checkpoint: weights, optimiser and RNG state as saved; with ``retarget_budget`` a
+    different token budget is accepted and recorded. Returns (start step, history)."""
+    want = su.expect
     budget_history: list[dict] = []
+    if retarget_budget:
+        saved = checkpoint.verify(ckpt)
+        old_tokens = saved["identity"].get("tokens")
+        want = {**su.expect, "identity": {**su.expect["identity"], "tokens": old_tokens}}
+        budget_history = list(saved.get("budget_history", []))
+        if old_tokens != cfg.tokens:
+            budget_history.append({"step": saved["step"], "from_tokens": old_tokens, "to_tokens": cfg.tokens})
+    state = checkpoint.load(ckpt, su.model, su.optimizer, want, device=su.dev)
+    return state["step"], budget_history or list(state.get("budget_history", []))
+
+
+def resume_point(su: TrainSetup, cfg: TrainConfig, out: Path, *, resume: bool, snapshot, retarget_budget: bool,
+                 rewarm_steps: int):
+    """Resume: where the run starts. (0, None, []) for a fresh run; else (the step, the same step as the
+    metrics log's resume point, the budget history) from the latest checkpoint in ``out`` or, where
+    there is none, from ``snapshot``. A fresh run into a folder holding checkpoints is refused."""
     if not resume and checkpoint.latest(out) is not None:
         raise checkpoint.CheckpointError(f"{out} already holds checkpoints; pass resume=True (--resume) or use a new folder")
-    if resume and master:
+    if resume and su.master:
         checkpoint.clean_stale(out)
     ckpt = checkpoint.latest(out) if resume else None
-    resumed_step = None
     if ckpt is None and snapshot is not None:
-        man = load_snapshot(snapshot, model, cfg, expect, retarget_budget=retarget_budget, device=dev)
-        start = resumed_step = int(man["steps"])
-        old_tokens = man["train_config"]["tokens"]
-        budget_history = list(man.get("budget_history", []))
-        if old_tokens != cfg.tokens:
-            budget_history.append({"step": start, "from_tokens": old_tokens, "to_tokens": cfg.tokens})
-        folder = Path(man["_folder"])
-        try:
-            shown = folder.resolve().relative_to(paths.repo_root()).as_posix()
-        except ValueError:
-            shown = str(folder)
-        budget_history.append({"step": start, "event": SNAPSHOT_EVENT, "snapshot": shown,
-                               "snapshot_weights_sha256": man["weights_sha256"], "optimizer": "fresh AdamW",
-                               "rewarm_steps": int(rewarm_steps), "from_tokens": cfg.tokens, "to_tokens": cfg.tokens})
-        torch.manual_seed(cfg.seed * 1_000_003 + start)  # no RNG state in a snapshot: a fixed one per step
+        start, history = _from_snapshot(su, cfg, snapshot, retarget_budget, rewarm_steps)
     elif ckpt is not None:
-        want = expect
-        if retarget_budget:
-            saved = checkpoint.verify(ckpt)
-            old_tokens = saved["identity"].get("tokens")
-            want = {**expect, "identity": {**expect["identity"], "tokens": old_tokens}}
-            budget_history = list(saved.get("budget_history", []))
-            if old_tokens != cfg.tokens:
-                budget_history.append({"step": saved["step"], "from_tokens": old_tokens, "to_tokens": cfg.tokens})
-        state = checkpoint.load(ckpt, model, optimizer, want, device=dev)
-        start = resumed_step = state["step"]
-        budget_history = budget_history or list(state.get("budget_history", []))
+        start, history = _from_checkpoint(su, cfg, ckpt, retarget_budget)
+    else:
+        return 0, None, []
+    return start, start, history
+
+
+def train_step(su: TrainSetup, cfg: TrainConfig, net, amp, step: int, rewarm) -> tuple[float, np.ndarray, float, float]:
+    """Step: one optimiser step at ``step`` (0-based): the scheduled learning rate, this rank's share of
+    the step's blocks in ``grad_accum`` micro-batches (gradients synchronised on the last), clipping
+    (``grad_clip`` 0: none, the norm still measured), AdamW. Returns (lr, the step's block ids, the mean
+    loss over ranks, the gradient norm); a loss that is not finite is a FloatingPointError."""
+    lr = lr_at(cfg, step, rewarm)
+    for group in su.optimizer.param_groups:
+        group["lr"] = lr
+    step_ids = su.schedule.block_ids(step)
+    ids = step_ids[su.rank * su.per_rank : (su.rank + 1) * su.per_rank]  # this rank's sequences
+    loss_sum = torch.zeros((), device=su.dev)
+    for m in range(cfg.grad_accum):
+        x = packing.gather(su.train_stream, ids[m * su.micro : (m + 1) * su.micro], cfg.context).to(su.dev)  # (b, T)
+        sync = nullcontext() if (not su.distributed or m == cfg.grad_accum - 1) else net.no_sync()
+        with sync:
+            with amp:
+                loss = net(input_ids=x, labels=x, return_logits=False).loss   # fused loss, no logits
+            (loss / cfg.grad_accum).backward()
+        loss_sum += loss.detach().float()
+    # grad_clip 0: no clipping (the authors' recipe), the norm is still measured and logged
+    grad_norm = torch.nn.utils.clip_grad_norm_(su.model.parameters(), cfg.grad_clip or float("inf"))
+    su.optimizer.step()
+    su.optimizer.zero_grad(set_to_none=True)
+    step_loss = loss_sum / cfg.grad_accum
+    if su.distributed:
+        torch.distributed.all_reduce(step_loss, op=torch.distributed.ReduceOp.AVG)
+    step_loss = float(step_loss)
+    if not math.isfinite(step_loss):
+        raise FloatingPointError(f"loss became {step_loss} at step {step + 1}")
+    return lr, step_ids, step_loss, float(grad_norm)
+
+
+def evaluate_subset(su: TrainSetup, cfg: TrainConfig, log: MetricsLog, step: int) -> float | None:
+    """Evaluation: the validation loss on ``eval_blocks`` blocks, logged at ``step`` (rank 0 only;
+    None elsewhere)."""
+    if not su.master:
+        return None
+    total, count = evaluate.stream_nll(su.model, su.val_stream, cfg.context, max_blocks=cfg.eval_blocks, device=su.dev,
+                                       autocast_dtype=torch.bfloat16 if su.dev.type == "cuda" else None)
+    loss = total / count
+    log.write(step=step, split="validation", loss=loss, ppl=math.exp(loss), blocks=cfg.eval_blocks)
+    return loss
+
+
+def save_checkpoint(su: TrainSetup, cfg: TrainConfig, out: Path, done: int, budget_history: list[dict]) -> None:
+    """Checkpoint: rank 0 saves the model, optimiser and RNG state after ``done`` steps with what a resume
+    must match; every rank waits for it."""
+    if su.master:
+        checkpoint.save(out, done, su.model, su.optimizer, {
+            **su.expect, "tokens_seen": done * cfg.tokens_per_step, "config": cfg.to_dict(),
+            "arch": cfg.arch, "model_class": type(su.model).__name__, "world_size": su.world,
+            "budget_history": budget_history,
+        }, keep=cfg.keep_checkpoints)
+    if su.distributed:
+        torch.distributed.barrier()
+
+
+def train(cfg: TrainConfig, out: str | Path, *, resume: bool = False, device: str | None = None,
+          max_steps: int | None = None, progress: bool = True, threads: int | None = None,
+          final_eval: bool = False, retarget_budget: bool = False, snapshot: str | Path | None = None,
+          rewarm_steps: int = 50, _kill_at_step: int | None = None) -> dict:
+    """Train ``cfg`` into folder ``out``; return a summary dict (also written to ``summary.json``).
+
+    ``resume``: continue from the latest checkpoint in ``out`` (start fresh if there is none).
+    ``max_steps``: stop after this many optimiser steps in total without changing the schedule.
+    ``final_eval``: evaluate validation and WikiText-2 perplexity in full at the end.
+    ``retarget_budget``: on resume, accept a checkpoint whose token budget differs from ``cfg.tokens``
+    (the cosine schedule is re-planned for the new budget from the checkpoint's step on; the change
+    is recorded as ``budget_history`` in the checkpoints and config.json). Nothing else may differ.
+    ``snapshot``: a snapshot folder (models/NAME) to continue from when ``out`` holds no checkpoint
+    (implies ``resume``); fresh AdamW, learning rate re-warmed over ``rewarm_steps`` steps.
+    ``_kill_at_step``: testing hook, SIGKILLs this process right after that step.
+
+    The steps: :func:`setup`, :func:`resume_point`, then per step :func:`train_step`, with
+    :func:`evaluate_subset` and :func:`save_checkpoint` at their intervals and at the last step.
+    """
+    out = Path(out)
+    if snapshot is not None:
+        resume = True
+        if rewarm_steps < 1:
+            raise ValueError(f"rewarm_steps must be at least 1, got {rewarm_steps}")
+    check_out_dir(out)
+    su = setup(cfg, device=device, threads=threads)
+    start, resumed_step, budget_history = resume_point(su, cfg, out, resume=resume, snapshot=snapshot,
+                                                       retarget_budget=retarget_budget, rewarm_steps=rewarm_steps)
     rewarm = rewarm_from(budget_history)
     out.mkdir(parents=True, exist_ok=True)
-    if master:
-        atomic.write_json(out / "config.json", {"train": cfg.to_dict(), "model": model.config.to_dict(),
-                                                "world_size": world, "budget_history": budget_history,
+    if su.master:
+        atomic.write_json(out / "config.json", {"train": cfg.to_dict(), "model": su.model.config.to_dict(),
+                                                "world_size": su.world, "budget_history": budget_history,
                                                 "provenance": provenance.describe()})
-    log = MetricsLog(out / "metrics.jsonl", resumed_step, enabled=master)
+    log = MetricsLog(out / "metrics.jsonl", resumed_step, enabled=su.master)
 
-    net = model
-    if distributed:
+    net = su.model
+    if su.distributed:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        net = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None)
-    amp = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if dev.type == "cuda" else nullcontext()
+        net = DDP(su.model, device_ids=[su.dev.index] if su.dev.type == "cuda" else None)
+    amp = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if su.dev.type == "cuda" else nullcontext()
     last = min(cfg.steps, max_steps) if max_steps is not None else cfg.steps
 
-    def run_eval(step: int):
-        if not master:
-            return None
-        total, count = evaluate.stream_nll(model, val_stream, cfg.context, max_blocks=cfg.eval_blocks, device=dev,
-                                           autocast_dtype=torch.bfloat16 if dev.type == "cuda" else None)
-        loss = total / count
-        log.write(step=step, split="validation", loss=loss, ppl=math.exp(loss), blocks=cfg.eval_blocks)
-        return loss
-
     bar = None
-    if progress and master:
+    if progress and su.master:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=last, initial=start, desc=f"{cfg.arch}", unit="step", mininterval=2.0)
-    model.train()
+    su.model.train()
     t0 = time.time()
     val_loss = None
     for step in range(start, last):
-        lr = lr_at(cfg, step, rewarm)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        step_ids = schedule.block_ids(step)
-        ids = step_ids[rank * per_rank : (rank + 1) * per_rank]  # this rank's sequences
-        loss_sum = torch.zeros((), device=dev)
-        for m in range(cfg.grad_accum):
-            x = packing.gather(train_stream, ids[m * micro : (m + 1) * micro], cfg.context).to(dev)  # (b, T)
-            sync = nullcontext() if (not distributed or m == cfg.grad_accum - 1) else net.no_sync()
-            with sync:
-                with amp:
-                    loss = net(input_ids=x, labels=x, return_logits=False).loss   # fused loss, no logits
-                (loss / cfg.grad_accum).backward()
-            loss_sum += loss.detach().float()
-        # grad_clip 0: no clipping (the authors' recipe), the norm is still measured and logged
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or float("inf"))
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        step_loss = loss_sum / cfg.grad_accum
-        if distributed:
-            torch.distributed.all_reduce(step_loss, op=torch.distributed.ReduceOp.AVG)
-        step_loss = float(step_loss)
-        if not math.isfinite(step_loss):
-            raise FloatingPointError(f"loss became {step_loss} at step {step + 1}")
+        lr, step_ids, step_loss, grad_norm = train_step(su, cfg, net, amp, step, rewarm)
         done = step + 1
         log.write(step=done, tokens=done * cfg.tokens_per_step, loss=step_loss, lr=lr,
-                  grad_norm=float(grad_norm), elapsed_s=round(time.time() - t0, 3),
+                  grad_norm=grad_norm, elapsed_s=round(time.time() - t0, 3),
                   batch_sha1=batch_fingerprint(step_ids))
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{step_loss:.3f}", refresh=False)
         if done % cfg.eval_every == 0 or done == last:
-            val_loss = run_eval(done)
+            val_loss = evaluate_subset(su, cfg, log, done)
         if done % cfg.ckpt_every == 0 or done == last:
-            if master:
-                checkpoint.save(out, done, model, optimizer, {
-                    **expect, "tokens_seen": done * cfg.tokens_per_step, "config": cfg.to_dict(),
-                    "arch": cfg.arch, "model_class": type(model).__name__, "world_size": world,
-                    "budget_history": budget_history,
-                }, keep=cfg.keep_checkpoints)
-            if distributed:
-                torch.distributed.barrier()
+            save_checkpoint(su, cfg, out, done, budget_history)
         if _kill_at_step is not None and done == _kill_at_step:
             log.close()
             os.kill(os.getpid(), signal.SIGKILL)
@@ -444,11 +518,11 @@ def train(cfg: TrainConfig, out: str | Path, *, resume: bool = False, device: st
     log.close()
     summary = {"arch": cfg.arch, "steps": last, "tokens_seen": last * cfg.tokens_per_step,
                "train_seconds_this_session": round(time.time() - t0, 2), "val_loss_subset": val_loss,
-               "world_size": world, "out": str(out)}
-    if final_eval and master:
-        summary["eval"] = evaluate.evaluate_all(model, cfg.context, device=dev)
-    if master:
+               "world_size": su.world, "out": str(out)}
+    if final_eval and su.master:
+        summary["eval"] = evaluate.evaluate_all(su.model, cfg.context, device=su.dev)
+    if su.master:
         atomic.write_json(out / "summary.json", summary)
-    if distributed:
+    if su.distributed:
         torch.distributed.barrier()
     return summary
