@@ -4,6 +4,7 @@
     python benchmarks/bench_accpp.py --models smollm2-135m --prompts 10 --threads 2
     python benchmarks/bench_accpp.py --compare-variants   # authors vs per-position on 4 SmolLM2 prompts
     python benchmarks/bench_accpp.py --memory             # peak memory vs prompt length (SmolLM2)
+    python benchmarks/bench_accpp.py --speedups           # old vs new code per piece, projected paper profile
 
 Each model (and, with --memory, each length) runs in its own subprocess (clean peak-memory
 numbers). Reported per model: the torch thread count, model loading (cached HF folder) seconds;
@@ -18,6 +19,9 @@ SmolLM2-135M. Goals at 1 thread, caches warm: SmolLM2-135M <= 3 s and <= 1.5 GB;
 
 --compare-variants: node and edge Jaccard between ``variant="authors"`` and ``"per-position"``
 per prompt, with each variant's trace seconds and peak RSS during that trace (sampled).
+--speedups: per-prompt CPU seconds of the code before and after the speed-ups of issue 35, side by side
+(trace, ACC baseline, one signal removal, evaluation, one PERMANOVA and one label-alignment permutation)
+and the projected paper profile: benchmarks/accpp_speedups.py.
 --memory: peak RSS of one trace per prompt length (a repeated IOI story cut to T tokens) next to
 ``accpp.trace.estimate_trace_gb`` (which the tracer uses to refuse prompts that would not fit).
 """
@@ -196,7 +200,16 @@ def main(argv=None) -> int:
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--one-compare", help=argparse.SUPPRESS)
     ap.add_argument("--one-memory", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--speedups", action="store_true")
+    ap.add_argument("--one-speedups", help=argparse.SUPPRESS)
+    ap.add_argument("--one-stats", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.one_speedups or args.one_stats:
+        import accpp_speedups as sp  # benchmarks/accpp_speedups.py
+
+        r = sp.measure_model(args.one_speedups) if args.one_speedups else sp.measure_stats(args.one_stats)
+        print(json.dumps(r))
+        return 0
     if args.one:
         print(json.dumps(run_one(args.one, args.prompts, args.threads, args.variant)))
         return 0
@@ -210,6 +223,20 @@ def main(argv=None) -> int:
     from compendium.atomic import write_json
 
     common = ["--threads", str(args.threads), "--variant", args.variant]
+    if args.speedups:
+        import accpp_speedups as sp
+
+        counts = sp.paper_counts()
+        print(f"old vs new code (issue 35), one process per model, 1 torch thread, load average {_load_avg():.1f}",
+              flush=True)
+        models = [_sub(["--one-speedups", name]) for name in args.models]
+        stats = _sub(["--one-stats", str(counts["accpp/05_ioi_template_clusters"]["n"])])
+        for line in sp.report(models, stats, counts):
+            print(line, flush=True)
+        out = dict(models=models, stats=stats, counts=counts, projection=sp.project({m["model"]: m for m in models},
+                                                                                   stats, counts))
+        print(f"wrote {write_json(paths.output_dir() / 'benchmarks' / 'accpp_speedups.json', out)}")
+        return 0
     if args.compare_variants:
         name = args.models[0] if args.models != ap.get_default("models") else "smollm2-135m"
         n = args.prompts if args.prompts != ap.get_default("prompts") else 4
