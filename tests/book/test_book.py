@@ -33,6 +33,7 @@ import pytest
 import yaml
 
 from compendium.paths import repo_root
+from page_checks import check_boards, check_summary, check_words
 
 pytestmark = pytest.mark.browser
 
@@ -243,126 +244,6 @@ def check_viewers(page, rel: str) -> int:
     return checked
 
 
-SPLIT_WORDS = """() => {
-  // words (runs of letters and digits) of table cells that the browser laid out on two lines, and
-  // cells whose style lets the browser break inside words
-  const split = [], loose = [];
-  for (const cell of document.querySelectorAll('td, th')) {
-    const st = getComputedStyle(cell);
-    if (st.wordBreak === 'break-all' || st.overflowWrap === 'anywhere') loose.push(cell.textContent.slice(0, 40));
-    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
-    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-      const re = /[\\p{L}\\p{N}]{2,}/gu;
-      for (let m = re.exec(node.textContent); m; m = re.exec(node.textContent)) {
-        const r = document.createRange();
-        r.setStart(node, m.index);
-        r.setEnd(node, m.index + m[0].length);
-        const tops = new Set(Array.from(r.getClientRects()).filter(x => x.width > 0).map(x => Math.round(x.top)));
-        if (tops.size > 1) split.push(m[0]);
-      }
-    }
-  }
-  return {split: split.slice(0, 20), n_split: split.length, loose: loose.slice(0, 5), n_loose: loose.length};
-}"""
-
-BOARDS = """() => Array.from(document.querySelectorAll('.verdict-board')).map(b => {
-  const box = b.getBoundingClientRect(), art = document.querySelector('.bd-article').getBoundingClientRect();
-  const scroll = b.querySelector('.vb-scroll');
-  return {paper: b.dataset.paper, height: box.height, right: box.right, article_right: art.right + 1,
-          clipped: scroll.scrollWidth - scroll.clientWidth,
-          rows: Array.from(b.querySelectorAll('tbody tr')).map(r => r.dataset.claim),
-          cells: Array.from(b.querySelectorAll('td.vb-cell')).map(c => ({status: c.dataset.status, cls: c.className,
-                                                                      title: c.title, odds: !!c.dataset.odds,
-                                                                      verdict: c.querySelector('.vb-verdict').textContent,
-                                                                      detail: (c.querySelector('.vb-detail') || {}).textContent || ''})),
-          heads: Array.from(b.querySelectorAll('tbody th.vb-claim')).map(h => ({
-            own: !!h.closest('tr').dataset.own, badge: (h.querySelector('.vb-own') || {}).textContent || '',
-            statement: (h.querySelector('.vb-statement') || {}).textContent || ''})),
-          links: Array.from(b.querySelectorAll('a')).map(a => a.href)};
-})"""
-
-
-# the summary table that opens a claims page (its header's first cell is "Claim"): its rows and its fit
-SUMMARY = """() => {
-  const t = Array.from(document.querySelectorAll('.bd-article table')).find(
-    t => (t.querySelector('thead th') || {}).textContent === 'Claim');
-  if (!t) return null;
-  const box = t.getBoundingClientRect(), art = document.querySelector('.bd-article').getBoundingClientRect();
-  let clipped = 0;
-  for (let e = t; e && !e.classList.contains('bd-article'); e = e.parentElement)
-    clipped = Math.max(clipped, e.scrollWidth - e.clientWidth);
-  return {right: box.right, article_right: art.right + 1, clipped: clipped,
-          head: Array.from(t.querySelectorAll('thead th')).map(h => h.textContent.trim()),
-          rows: Array.from(t.querySelectorAll('tbody tr')).map(r => Array.from(r.cells).map(c => c.textContent.trim()))};
-}"""
-
-
-def check_summary(page, rel: str, paper: str) -> None:
-    """The claims page of ``paper`` opens with the summary table: a row per claim of claims.yaml, in
-    its order, own claims marked as such alone, a verdict per profile, the whole table inside the
-    text column (no sideways scroll)."""
-    from compendium import basis, profiles
-
-    found = page.evaluate(SUMMARY)
-    assert found, f"{rel}: no summary table (its header starting with 'Claim')"
-    items = yaml.safe_load((ROOT / "papers" / paper / "claims.yaml").read_text())["claims"]
-    assert found["head"][-len(profiles.PROFILES):] == list(profiles.PROFILES)
-    assert [r[0].split()[0] for r in found["rows"]] == [c["id"] for c in items], f"{rel}: summary rows"
-    assert [basis.OWN_LABEL in r[0] for r in found["rows"]] == [c.get("source") == basis.OWN_SOURCE for c in items]
-    assert found["right"] <= found["article_right"] and found["clipped"] <= 1, \
-        f"{rel}: the summary table is wider than the text column ({found})"
-
-
-def check_words(page, rel: str) -> None:
-    """No table cell of ``page`` splits a word across two lines, nor allows it by its style."""
-    found = page.evaluate(SPLIT_WORDS)
-    assert found["n_loose"] == 0, f"{rel}: {found['n_loose']} table cells may break inside words: {found['loose']}"
-    assert found["n_split"] == 0, f"{rel}: {found['n_split']} words split across lines in table cells: {found['split']}"
-
-
-def _target_exists(url: str) -> bool:
-    from urllib.parse import unquote, urlparse
-
-    parsed = urlparse(url)
-    path = Path(unquote(parsed.path))
-    if not path.is_file():
-        return False
-    return not parsed.fragment or f'id="{parsed.fragment}"' in path.read_text(encoding="utf-8")
-
-
-def check_boards(page, rel: str) -> list[str]:
-    """Every verdict board of ``page``: a row per claim of its paper in claims.yaml order, each with
-    its short statement and, for the compendium's own claims (``source: compendium``) alone, the
-    own-claim badge; a cell per profile with its verdict's class and hover text; every cell with a
-    result shows its value (one recorded under an earlier check too, greyed) and, on hover, the
-    units it rests on and its model; a cell marked at odds with the other profile says why; the
-    whole board in one screen (under 1000 px high at 1280x900), inside the text column, every link
-    leading to an existing page and section. Returns the papers of the boards found."""
-    from compendium import basis, board
-
-    found = page.evaluate(BOARDS)
-    for b in found:
-        items = yaml.safe_load((ROOT / "papers" / b["paper"] / "claims.yaml").read_text())["claims"]
-        ids = [c["id"] for c in items]
-        assert b["rows"] == ids, f"{rel}: the {b['paper']} board's rows are not the claims of claims.yaml"
-        own = [c.get("source") == basis.OWN_SOURCE for c in items]
-        assert [h["own"] for h in b["heads"]] == own, f"{rel}: the {b['paper']} board marks other claims as own"
-        assert all((h["badge"] == basis.OWN_LABEL) == o for h, o in zip(b["heads"], own))
-        assert all(h["statement"].strip() for h in b["heads"]), f"{rel}: a {b['paper']} board row has no statement"
-        assert len(b["cells"]) == 2 * len(ids)
-        for c in b["cells"]:
-            assert c["status"] in board.STATUSES and f"vb-{board.LOOKS[c['status']].css}" in c["cls"].split()
-            assert c["title"].split("\n")[0].endswith(c["status"]) and ("measured:" in c["title"] or "nothing recorded" in c["title"])
-            if c["status"] != board.NOT_RUN:
-                assert c["detail"].strip() and "rests on: " in c["title"] and "model: " in c["title"], c["title"]
-            assert c["odds"] == ("\u2260" in c["verdict"]) == ("\u2260 at odds with" in c["title"]), c["title"]
-        assert b["height"] < 1000, f"{rel}: the {b['paper']} board is {b['height']:.0f} px high (over one screen)"
-        assert b["right"] <= b["article_right"] and b["clipped"] <= 1, f"{rel}: the {b['paper']} board is wider than the page"
-        broken = sorted({u for u in b["links"] if not _target_exists(u)})
-        assert not broken, f"{rel}: board links to missing pages or sections: {broken[:5]}"
-    return [b["paper"] for b in found]
-
-
 def check_book(html: Path, watched, forbidden: list[str]) -> int:
     """Check every page (module docstring); returns the number of circuit viewers checked."""
     pages = _pages(html)
@@ -443,73 +324,6 @@ def test_framed_viewers_follow_the_book_s_colour_theme(fixture_book, watched):
                 frame.wait_for_function(f"() => document.documentElement.getAttribute('data-theme') === '{theme}'",
                                         timeout=5_000)
         w.assert_clean()
-
-
-def test_a_split_word_and_an_oversized_board_are_caught(watched, tmp_path):
-    """check_words and check_boards fail on a page that splits words or has a board over one screen."""
-    from compendium import board
-
-    narrow = tmp_path / "narrow.html"
-    narrow.write_text('<!DOCTYPE html><html><body><table style="width:40px"><tr><td style="overflow-wrap:anywhere">'
-                      "profile 32b4b2634f</td></tr></table></body></html>", encoding="utf-8")
-    w = watched("split-words")
-    w.page.goto(narrow.as_uri(), wait_until="load")
-    with pytest.raises(AssertionError, match="may break inside words"):
-        check_words(w.page, "narrow.html")
-    w.page.evaluate("() => document.querySelector('td').style.overflowWrap = 'normal'")
-    w.page.evaluate("() => document.querySelector('td').style.wordBreak = 'normal'")
-    check_words(w.page, "narrow.html")                     # normal wrapping never splits a word
-    w.page.evaluate("() => { const t = document.querySelector('td'); t.style.display = 'block'; "
-                    "t.style.width = '30px'; t.style.wordBreak = 'break-word'; }")
-    with pytest.raises(AssertionError):
-        check_words(w.page, "narrow.html")
-
-    tall = tmp_path / "tall.html"
-    paper = PAPERS[0]
-    block = board.html_for(paper, claims_page="", notebooks_base="")
-    tall.write_text('<!DOCTYPE html><html><body><div class="bd-article" style="width:700px">'
-                    + block.replace("padding:1px 5px", "padding:30px 5px") + "</div></body></html>", encoding="utf-8")
-    w.page.goto(tall.as_uri(), wait_until="load")
-    with pytest.raises(AssertionError, match="over one screen"):
-        check_boards(w.page, "tall.html")
-
-
-def test_a_summary_wider_than_the_page_and_a_wrong_own_mark_are_caught(watched, tmp_path):
-    """check_summary fails on a summary table wider than the text column and on own-claim marks on
-    the wrong rows; check_boards fails on a board whose own claims lost their mark."""
-    from compendium import basis, board
-
-    paper = "protot"                                        # it has claims of the compendium's own
-    items = yaml.safe_load((ROOT / "papers" / paper / "claims.yaml").read_text())["claims"]
-    assert any(c.get("source") == basis.OWN_SOURCE for c in items)
-
-    def page(cell: str, own_for) -> Path:
-        rows = "".join(f"<tr><td>{c['id']}{' ' + basis.OWN_LABEL if own_for(c) else ''}</td><td>{cell}</td>"
-                       "<td>not run</td></tr>" for c in items)
-        path = tmp_path / "summary.html"
-        path.write_text('<!DOCTYPE html><html><body><div class="bd-article" style="width:500px">'
-                        "<table><thead><tr><th>Claim</th><th>cpu</th><th>paper</th></tr></thead>"
-                        f"<tbody>{rows}</tbody></table></div></body></html>", encoding="utf-8")
-        return path
-
-    w = watched("summary")
-    own = lambda c: c.get("source") == basis.OWN_SOURCE  # noqa: E731
-    w.page.goto(page("holds", own).as_uri(), wait_until="load")
-    check_summary(w.page, "summary.html", paper)            # fits, marks right
-    w.page.goto(page("x" * 120, own).as_uri(), wait_until="load")
-    with pytest.raises(AssertionError, match="wider than the text column"):
-        check_summary(w.page, "summary.html", paper)
-    w.page.goto(page("holds", lambda c: not own(c)).as_uri(), wait_until="load")
-    with pytest.raises(AssertionError):
-        check_summary(w.page, "summary.html", paper)
-
-    block = board.html_for(paper, claims_page="", notebooks_base="").replace(' data-own="1"', "")
-    unmarked = tmp_path / "unmarked.html"
-    unmarked.write_text('<!DOCTYPE html><html><body><div class="bd-article" style="width:700px">' + block
-                        + "</div></body></html>", encoding="utf-8")
-    w.page.goto(unmarked.as_uri(), wait_until="load")
-    with pytest.raises(AssertionError, match="marks other claims as own"):
-        check_boards(w.page, "unmarked.html")
 
 
 def test_a_viewer_that_fails_to_draw_is_caught(fixture_book, watched, tmp_path):
