@@ -173,7 +173,8 @@ def check_files(files: Iterable[str | os.PathLike], *, hashes: bool = True, root
 
 def problems(root: Path | None = None) -> list[str]:
     """Everything wrong with data/ as a whole (what ``make check-data`` prints): every listed file
-    checked by :func:`check_files`, and every entry on disk (links included) that is not listed.
+    checked by :func:`check_files` (and each corpus file by :func:`check_records`), and every entry
+    on disk (links included) that is not listed.
     Documentation (``*.md``) and SHA256SUMS itself are not data."""
     root = Path(root) if root is not None else paths.data_dir()
     try:
@@ -184,6 +185,8 @@ def problems(root: Path | None = None) -> list[str]:
     for rel in sorted(sums):
         try:
             check_files([rel], root=root)
+            if fnmatch.fnmatchcase(rel, "corpus/*/*.jsonl.gz"):  # a corpus file: records, at least one
+                check_records(root / rel, root=root)
         except DataFileError as err:
             out.append(str(err))
     for dirpath, dirnames, filenames in os.walk(root):  # links to folders are listed, not entered
@@ -248,8 +251,7 @@ def _record_problem(line: str) -> str | None:
 
 
 @lru_cache(maxsize=512)
-def _checked_records(path: str, sha256: str) -> int:
-    shown = f"data/{_relative(Path(path), paths.data_dir())}" if Path(path).is_relative_to(paths.data_dir()) else path
+def _checked_records(path: str, sha256: str, shown: str) -> int:
     fix = "restore it with: git checkout -- " + shown if shown.startswith("data/") else "restore the file"
     n = 0
     try:
@@ -272,11 +274,17 @@ def _checked_records(path: str, sha256: str) -> int:
     return n
 
 
-def check_records(path: str | os.PathLike) -> int:
+def check_records(path: str | os.PathLike, root: Path | None = None) -> int:
     """The number of records in the corpus file ``path`` (a .jsonl.gz), each line checked against
-    :data:`RECORD_FIELDS`; :class:`CorpusFileError` naming the file and line of the first that is
-    not a record, or when there is none. Remembered per file content (its sha256)."""
-    return _checked_records(str(path), file_sha256(Path(path)))
+    :data:`RECORD_FIELDS`; :class:`CorpusFileError` naming the file (as ``data/...`` when it lies in
+    ``root``, default the data folder) and the line of the first that is not a record, or when there
+    is none. Remembered per file content (its sha256)."""
+    path = Path(path)
+    try:
+        shown = f"data/{_relative(path, Path(root) if root is not None else paths.data_dir())}"
+    except ValueError:
+        shown = str(path)
+    return _checked_records(str(path), file_sha256(path), shown)
 
 
 def in_validation(doc_id: str, validation_fraction: float = DEFAULT_VALIDATION_FRACTION) -> bool:

@@ -122,3 +122,18 @@ def test_the_circuit_tracers_corpus_reader_refuses_the_same(corpus):
     corpus(b"")
     with pytest.raises(data.CorpusFileError, match="holds no record"):
         interpret.project_corpus(spec)
+
+
+def test_check_data_names_the_line_too(corpus):
+    import subprocess
+    import sys
+
+    corpus([GOOD, {**GOOD, "id": "doc/2", "license": None}])
+    root = paths.data_dir()
+    want = "data/corpus/en/nltk_brown.jsonl.gz line 2: license not a non-empty string"
+    assert [p for p in data.problems(root) if p.startswith(want)]
+    out = subprocess.run([sys.executable, "-m", "compendium.data", str(root)], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(ROOT / "lib"), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert out.returncode == 1 and want in out.stdout, out.stdout + out.stderr
+    corpus([GOOD])
+    assert data.problems(root) == []
