@@ -1,7 +1,9 @@
 """The verdict board (compendium.board): one row per claim, one cell per profile, each coloured by
 the verdict derived from the recorded values (never the verdict a results file states), with the
-value and its interval on hover and links to the claim's block and its notebook; and the same
-board as a PNG, written by the publish path."""
+value and its interval on hover and links to the claim's block and its notebook; each row's short
+statement and the compendium's own claims marked; each cell's value, units and model, what failed,
+a value under an earlier check greyed but shown, and a disagreement between the profiles marked;
+and the same board as a PNG, written by the publish path."""
 from __future__ import annotations
 
 import json
