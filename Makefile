@@ -2,7 +2,8 @@
 #   make all    set everything up, execute every notebook at the default profile, rebuild the claims tables
 #   make test   set everything up and run the test suite (which also executes every notebook)
 # Variables: PROFILE (cpu|paper), SEED, DEVICE (cpu|cuda), NB (a notebook name), PAPER (make all: one
-# paper's notebooks only, e.g. PAPER=accpp), PYTHON, TORCH.
+# paper's notebooks only, e.g. PAPER=accpp), JOBS (make all: notebooks at once, default the cores),
+# RESUME (make all: an interrupted run folder to continue), PYTHON, TORCH.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -46,6 +47,10 @@ SEED    ?= 0
 DEVICE  ?= cpu
 NB      ?=
 PAPER   ?=
+# make all: notebooks run at once (each in its own process with one thread); RESUME=build/runs/<run>
+# continues that interrupted run instead of starting a new one
+JOBS    ?= $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 1)
+RESUME  ?=
 PYTEST_ARGS ?=
 MUTATE_TIMEOUT ?= 3600
 MUTATE_CHILDREN ?= 2
@@ -62,7 +67,7 @@ help:  ## list the targets
 
 all: setup check-data  ## main job: set up, run every notebook (PAPER=P: P's only) at PROFILE into build/runs/, publish into papers/
 	@echo ">> executing $(if $(PAPER),the notebooks of $(PAPER),every notebook) with papermill (profile $(PROFILE), seed $(SEED), device $(DEVICE))"
-	$(PY) -m compendium run --profile $(PROFILE) --seed $(SEED) --device $(DEVICE) $(if $(PAPER),--paper $(PAPER)) --keep-going --publish
+	$(PY) -m compendium run $(if $(RESUME),--resume $(RESUME),--profile $(PROFILE) --seed $(SEED) --device $(DEVICE) $(if $(PAPER),--paper $(PAPER))) --jobs $(JOBS) --keep-going --publish
 	$(MAKE) book
 
 test: setup check-data  ## set up, lint (ruff: [tool.ruff] in pyproject.toml) and run the whole test suite (executes every notebook too)

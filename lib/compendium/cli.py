@@ -31,6 +31,15 @@ def _seed(text: str) -> int:
                                          f"the seed must be a non-negative integer, got {text!r}") from None
 
 
+def _jobs(text: str) -> int:
+    from compendium import parallel
+
+    try:
+        return parallel.check_jobs(int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--jobs takes a whole number >= 1, got {text!r}") from None
+
+
 def publish_allowed(profile: str) -> frozenset[str]:
     from compendium import publish
 
@@ -88,6 +97,14 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--output", default=None, help="folder for the executed notebooks (default <run>/notebooks; "
                                                       "never a folder of the repository's sources or tracked files)")
     p_run.add_argument("--keep-going", action="store_true", help="run the rest after a failure")
+    p_run.add_argument("--jobs", type=_jobs, default=1,
+                       help="run this many notebooks at once, each in its own process with one thread (default 1; "
+                            "make all passes the machine's cores); the values recorded are those of a run of one")
+    p_run.add_argument("--resume", metavar="RUN_DIR", default=None,
+                       help="continue an interrupted run in its own folder, with its own notebooks, profile, seed, "
+                            "device and parameters: completed notebooks are kept when code, data, models and "
+                            "libraries are as the run recorded (refused otherwise, naming what changed), the "
+                            "others run again")
     p_run.add_argument("--publish", action="store_true",
                        help="afterwards, if every notebook (of --paper's paper) completed, publish the run into "
                             "papers/ and rebuild the claims tables (make all does)")
@@ -131,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "publish":
         return _publish(Path(args.run_dir), args.paper)
 
+    if args.resume:
+        return _resume(parser, args)
     if args.paper and args.names:
         parser.error(f"--paper runs every notebook of paper {args.paper!r}: drop the notebook names, or drop --paper")
     if args.publish and args.names:
@@ -158,11 +177,49 @@ def main(argv: list[str] | None = None) -> int:
     of = f" of paper {args.paper}" if args.paper else ""
     print(f"running {len(todo)} notebook(s){of} at profile '{args.profile}', seed {args.seed}, device {args.device}\n"
           f"run folder: {paths.display(run_dir)}", flush=True)
-    interrupted, stopped = "", ""
+    return _execute(args, todo, run_dir, profile=args.profile, seed=args.seed, device=args.device,
+                    parameters=parameters, paper=args.paper)
+
+
+def _resume(parser, args) -> int:
+    """``compendium run --resume RUN_DIR``: the run's own notebooks and settings, the unfinished ones again."""
+    from compendium import resume
+
+    given = [flag for flag, on in (("notebook names", args.names), ("--paper", args.paper),
+                                   ("--profile", args.profile != profiles.DEFAULT), ("--seed", args.seed != 0),
+                                   ("--device", args.device != "cpu"), ("-p", args.param), ("--output", args.output))
+             if on]
+    if given:
+        parser.error(f"--resume continues a run with its own notebooks and settings: drop {', '.join(given)}")
     try:
-        runner.run_many(todo, keep_going=args.keep_going, run_dir=run_dir, profile=args.profile, seed=args.seed,
-                        device=args.device, parameters=parameters,
-                        output_dir=Path(args.output) if args.output else None)
+        params, keep, again = resume.plan(Path(args.resume))
+    except resume.ResumeRefused as err:
+        print(f"compendium run: {err}", file=sys.stderr)
+        return 1
+    run_dir = Path(args.resume).resolve()
+    if args.publish and params.get("parameters"):
+        parser.error("--publish writes the ledger in papers/, which only a run at default parameters may do; this "
+                     f"run was started with {params['parameters']}")
+    resume.record(run_dir, keep, again)
+    print(f"resuming run {paths.display(run_dir)} at profile '{params['profile']}', seed {params['seed']}, device "
+          f"{params['device']}: {len(keep)} notebook(s) kept, {len(again)} to run"
+          + (f" ({', '.join(again)})" if again else ""), flush=True)
+    return _execute(args, params["notebooks"], run_dir, profile=params["profile"], seed=params["seed"],
+                    device=params["device"], parameters=params.get("parameters") or {}, paper=params.get("paper"),
+                    only=again)
+
+
+def _execute(args, todo: list[str], run_dir: Path, *, profile: str, seed: int, device: str, parameters: dict,
+             paper: str | None, only: list[str] | None = None) -> int:
+    """Run ``only`` (default: every notebook of ``todo``) into ``run_dir``, print the summary of ``todo``,
+    then publish when asked; the exit code."""
+    interrupted, stopped = "", ""
+    n_failed = 0
+    try:
+        if only is None or only:
+            runner.run_many(todo if only is None else only, keep_going=args.keep_going, run_dir=run_dir,
+                            profile=profile, seed=seed, device=device, parameters=parameters, jobs=args.jobs,
+                            output_dir=Path(args.output) if args.output else None)
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (runner.Terminated)
         interrupted = "terminated (SIGTERM)" if isinstance(err, runner.Terminated) else "interrupted"
     except runs.RunFolderError as err:  # status.json could not be written: stop, say where and why
@@ -177,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compendium run: stopped: {stopped}; nothing published", file=sys.stderr)
         return 1
     if args.publish:
-        code = _publish(run_dir, args.paper)
+        code = _publish(run_dir, paper)
         if code:
             return code
     return 1 if n_failed else 0

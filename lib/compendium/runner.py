@@ -466,11 +466,12 @@ def _source_cell(name: str, executed: Path, exec_count: int | None) -> tuple[int
 def run_many(
     names: Iterable[str] | None = None, *, keep_going: bool = False, run_dir: Path | None = None,
     profile: str = profiles.DEFAULT, seed: int = 0, device: str = "cpu",
-    parameters: dict[str, Any] | None = None, **kwargs,
+    parameters: dict[str, Any] | None = None, jobs: int = 1, **kwargs,
 ) -> tuple[list[RunResult], list[NotebookFailed]]:
     """Run several notebooks (default: all) in order into one run folder, with a progress bar
     over notebooks on the terminal. Notebooks left out after a failure (without ``keep_going``)
-    are marked "not run" in status.json."""
+    are marked "not run" in status.json. ``jobs`` > 1: that many at once, each in its own worker
+    process with one thread (:mod:`compendium.parallel`)."""
     from tqdm.auto import tqdm
 
     todo = [resolve(n) for n in names] if names else list_notebooks()
@@ -480,6 +481,13 @@ def run_many(
         kwargs["output_dir"] = paths.check_output(kwargs["output_dir"])
     if run_dir is None:
         run_dir = runs.create(profile, seed, device=device, parameters=parameters, notebooks=todo)
+    if jobs != 1:   # at once, each in a worker process of its own (compendium.parallel)
+        from compendium import parallel
+
+        return parallel.run_parallel(todo, jobs=parallel.check_jobs(jobs), run_dir=Path(run_dir), keep_going=keep_going,
+                                     profile=profile, seed=seed, device=device, parameters=parameters,
+                                     output_dir=kwargs.get("output_dir"), timeout=kwargs.get("timeout"),
+                                     write=tqdm.write)
     done: list[RunResult] = []
     failed: list[NotebookFailed] = []
     bar = tqdm(todo, desc="notebooks", unit="nb")

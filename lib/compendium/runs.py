@@ -70,7 +70,7 @@ def create(profile: str, seed: int, *, device: str = "cpu", parameters: dict | N
            notebooks: list[str] | None = None, command: list[str] | None = None, paper: str | None = None) -> Path:
     """Make ``<output>/runs/<UTC time>-<profile>-s<seed>/`` with its params.json; return it. ``paper``:
     the run is of every notebook of that paper (``compendium run --paper``), recorded as ``"paper"``."""
-    from compendium import profiles, provenance
+    from compendium import profiles, provenance, resume
 
     profiles.check(profile)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -87,6 +87,7 @@ def create(profile: str, seed: int, *, device: str = "cpu", parameters: dict | N
         "command": command,
         "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **provenance.code_state(),
+        "fingerprint": resume.fingerprint(),   # what --resume checks before keeping a completed notebook
     }
     if paper is not None:
         params["paper"] = paper
