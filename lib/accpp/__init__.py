@@ -26,6 +26,8 @@ Public API (import the modules; nothing runs at import time):
 - ``accpp.datasets``: IOI prompts (mixed / balanced sets, single-token names) and metrics.
 - ``accpp.roles``: IOI roles of a circuit's firings; the published GPT-2 circuit by role.
 - ``accpp.ioi``: glue (trace a prompt, exactness over a circuit, one-row summaries).
+- ``accpp.ioi_inputs``: accpp/01_ioi's inputs (the representative prompts, the name-pair null, the
+  ACC rows beside ACC++, the variant comparison).
 - ``accpp.multilingual``: our IOI templates for en/es/fr/pt, position-free component/signal sets,
   Jaccard distances between languages, average linkage.
 - ``accpp.greater_than``: Greater-Than prompts (years as digits or two-digit tokens), the exact

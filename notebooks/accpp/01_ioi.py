@@ -30,18 +30,16 @@ DEVICE = "cpu"
 MODEL = ""
 
 # %%
-import random
 import time
 
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 
-from accpp import datasets, families, figures, ioi, roles, viewer
-from accpp.acc import ACCConfig, acc_trace, measure_smaller_than_acc
+from accpp import datasets, families, figures, ioi, ioi_inputs, roles, viewer
+from accpp.acc import measure_smaller_than_acc
 from accpp.graph import save_circuit, signal_ranks
 from accpp.models import load_model
-from accpp.multilingual import component_set, jaccard
 from accpp.trace import TraceConfig, Tracer
 from compendium import claims, notebook, plotting
 
@@ -116,10 +114,7 @@ tracer = Tracer(model, tok, name=MODEL)
 t0 = time.perf_counter()
 tracer.svd  # per-head SVDs: computed once per model, then read from the cache
 svd_s = time.perf_counter() - t0
-good = [p for p, ld in zip(prompts, metrics.logit_diff.tolist()) if ld > 0]
-abba = [p for p in good if p.order == "ABBA"]
-baba = [p for p in good if p.order == "BABA"]
-chosen = [p for pair in zip(abba, baba) for p in pair][:N_TRACE]
+chosen = ioi_inputs.representative_prompts(prompts, metrics.logit_diff.tolist(), N_TRACE)
 circuits = [ioi.trace_ioi(tracer, p) for p in chosen]
 for i, c in enumerate(circuits[:2]):
     save_circuit(c, OUT / f"circuit_{i}_{c.meta['order']}.json")
@@ -187,12 +182,8 @@ size_nulls = [ioi.size_matched_null(tracer, p, c) for p, c in zip(chosen, circui
 null_expected = [n_["expected"] for n_ in size_nulls]
 role_table["size-matched null: P(role), mean over prompts"] = [
     sum(n_["per_role"][r] for n_ in size_nulls) / len(size_nulls) for r in roles.ROLES]
-name_ids = [datasets.name_token(tok, n) for n in datasets.single_token_names(tok)]
-rng = random.Random(nb.seed)
-name_pair_sets = []  # the earlier null (evidence): the first N_NULL prompts traced for a random name pair
-for p in chosen[:N_NULL]:
-    a_id, b_id = roles.null_name_pair(p.ids().tolist(), p.io_id, p.s_id, name_ids, rng)
-    name_pair_sets.append(roles.circuit_roles(tracer.trace(p.ids(), a_id, b_id).graph, p.pos))
+# the earlier null (evidence): the first N_NULL prompts traced for a random name pair
+name_pair_sets = ioi_inputs.name_pair_null(tracer, chosen, tok, N_NULL, seed=nb.seed)
 name_pair_merged = roles.merge_roles(name_pair_sets)
 name_pair_per_prompt = [sum(bool(rs.get(r)) for r in roles.ROLES) for rs in name_pair_sets]
 role_table["null (random name pair)"] = [", ".join(name_pair_merged.get(r, [])) or "-" for r in roles.ROLES]
@@ -210,17 +201,7 @@ role_table
 # says whether the firing cap stopped a trace (then the ratio is a lower bound).
 
 # %%
-acc_rows = []
-for p, c in zip(chosen[:N_ACC], circuits[:N_ACC]):
-    a = acc_trace(tracer, p.ids(), p.io_id, p.s_id)
-    old = acc_trace(tracer, p.ids(), p.io_id, p.s_id, config=ACCConfig.legacy())
-    acc_rows.append(dict(order=p.order, accpp_nodes=c.graph.number_of_nodes(), acc_nodes=a.graph.number_of_nodes(),
-                         legacy_nodes=old.graph.number_of_nodes(), accpp_firings=c.n_firings, acc_firings=a.n_firings,
-                         legacy_firings=old.n_firings, acc_truncated=a.meta["truncated"],
-                         legacy_truncated=old.meta["truncated"], acc_seconds=a.seconds))
-acc_table = pd.DataFrame(acc_rows)
-acc_table["ratio"] = acc_table["acc_nodes"] / acc_table["accpp_nodes"]
-acc_table["legacy_ratio"] = acc_table["legacy_nodes"] / acc_table["accpp_nodes"]
+acc_table = ioi_inputs.acc_comparison(tracer, chosen, circuits, N_ACC)
 acc_table
 
 # %% [markdown]
@@ -232,15 +213,7 @@ acc_table
 
 # %%
 pp_tracer = Tracer(model, tok, name=MODEL, config=TraceConfig(variant="per-position"))
-var_rows = []
-for p, c in zip(chosen[:N_VARIANT], circuits[:N_VARIANT]):
-    c2 = ioi.trace_ioi(pp_tracer, p)
-    e1 = {(u, v, d["side"]) for u, v, d in c.graph.edges(data=True)}
-    e2 = {(u, v, d["side"]) for u, v, d in c2.graph.edges(data=True)}
-    var_rows.append(dict(order=p.order, nodes_authors=c.graph.number_of_nodes(), nodes_per_position=c2.graph.number_of_nodes(),
-                         node_jaccard=jaccard(set(c.graph.nodes), set(c2.graph.nodes)), edge_jaccard=jaccard(e1, e2),
-                         component_jaccard=jaccard(component_set(c.graph), component_set(c2.graph))))
-variant_table = pd.DataFrame(var_rows)
+variant_table = ioi_inputs.variant_comparison(pp_tracer, chosen, circuits, N_VARIANT)
 variant_table.round(3)
 
 # %% [markdown]
