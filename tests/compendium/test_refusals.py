@@ -285,7 +285,9 @@ def test_sigterm_to_the_runner_is_handled_like_an_interrupt(slow_root):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 143 and "Traceback" not in err, err
+    # the runner's own exception never escapes (the kernel, stopped mid-reply, may log one of its own)
+    assert proc.returncode == 143, err
+    assert "compendium/runner.py" not in err and "compendium/cli.py" not in err and "Terminated" not in err, err
     assert "terminated (SIGTERM): nothing published" in err
     status = runs.read_status(run)
     assert status["demo/02_sleep"]["status"] == "failed" and status["demo/02_sleep"]["reason"] == "terminated"
