@@ -4,8 +4,8 @@ CPU seconds (``time.process_time``, one torch thread), each timed piece run by t
 (the frozen copies in tests/accpp/speed_reference.py, with every layer's rotation matrices built as
 before) and by the library's code, on the same inputs, in one process:
 
-- trace: one ACC++ trace per prompt (``ioi.trace_ioi``); the old decomposition built the rotation
-  matrices of every layer;
+- trace: one ACC++ trace per prompt (``ioi.trace_ioi``, median over 6 prompts, old and new in turn on
+  each); the old decomposition built the rotation matrices of every layer;
 - acc: one ACC baseline (``acc.acc_trace``, the authors' ACC) per prompt;
 - removal: one signal removal (``Intervener.remove``), averaged over what notebook 04 runs per edge
   (``compare_subspaces`` with its three controls), the Intervener built outside the timing;
@@ -67,7 +67,7 @@ def _cpu(fn):
     return time.process_time() - t0, out
 
 
-def measure_model(name: str, n_trace: int = 3, n_acc: int = 2, n_removal_prompts: int = 1, n_eval: int = 64) -> dict:
+def measure_model(name: str, n_trace: int = 6, n_acc: int = 2, n_removal_prompts: int = 1, n_eval: int = 64) -> dict:
     import torch
 
     torch.set_num_threads(1)
@@ -88,8 +88,12 @@ def measure_model(name: str, n_trace: int = 3, n_acc: int = 2, n_removal_prompts
             t_old = fn(ref, old=True)
         return t_old, fn(None, old=False)
 
-    def trace(_ref, old):
-        return statistics.median(_cpu(lambda p=p: ioi.trace_ioi(tracer, p))[0] for p in prompts[:n_trace])
+    olds, news = [], []
+    for p in prompts[:n_trace]:  # old and new in turn on each prompt (the machine's load drifts)
+        with old_code():
+            olds.append(_cpu(lambda p=p: ioi.trace_ioi(tracer, p))[0])
+        news.append(_cpu(lambda p=p: ioi.trace_ioi(tracer, p))[0])
+    out["trace"] = dict(old=statistics.median(olds), new=statistics.median(news))
 
     def acc_base(_ref, old):
         return statistics.median(_cpu(lambda p=p: acc.acc_trace(tracer, torch.tensor(p.input_ids), p.io_id, p.s_id))[0]
@@ -112,7 +116,7 @@ def measure_model(name: str, n_trace: int = 3, n_acc: int = 2, n_removal_prompts
         fn = ref.evaluate if old else datasets.evaluate
         return _cpu(lambda: fn(model, eval_prompts))[0] / len(eval_prompts)
 
-    for key, fn in (("trace", trace), ("acc", acc_base), ("removal", removal), ("evaluate", evaluate)):
+    for key, fn in (("acc", acc_base), ("removal", removal), ("evaluate", evaluate)):
         o, nw = both(fn)
         out[key] = dict(old=o, new=nw)
     return out

@@ -24,12 +24,25 @@ class PromptWarning(UserWarning):
 
 
 def _encode(tokenizer, text: str) -> list[int]:
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    try:
+        out = tokenizer(text, add_special_tokens=False)
+    except TypeError:  # a minimal tokenizer without the keyword
+        out = tokenizer(text)
+    return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out.input_ids)
+
+
+def _decode(tokenizer, ids) -> str:
+    """The text of ``ids`` without special tokens (a tokenizer without ``skip_special_tokens``: all of it)."""
+    ids = [int(i) for i in ids]
+    try:
+        return tokenizer.decode(ids, skip_special_tokens=True)
+    except TypeError:
+        return tokenizer.decode(ids)
 
 
 def ends_in_whitespace(tokenizer, ids) -> str | None:
     """A message if the prompt's text (special tokens left out) ends in whitespace, else None."""
-    text = tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)
+    text = _decode(tokenizer, ids)
     if not text or not text[-1].isspace():
         return None
     return (f"the prompt ends in whitespace ({text[-12:]!r}): the tokenizer puts a word's leading space into the "
@@ -41,10 +54,10 @@ def ends_in_whitespace(tokenizer, ids) -> str | None:
 def answer_space_problem(tokenizer, ids, answer: int, what: str = "correct") -> str | None:
     """A message if the prompt ends in a non-space character, the answer token has no leading space, and
     the same word with a leading space is a single, different token (what the prompt implies)."""
-    text = tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)
+    text = _decode(tokenizer, ids)
     if not text or text[-1].isspace():
         return None
-    piece = tokenizer.decode([int(answer)], skip_special_tokens=True)
+    piece = _decode(tokenizer, [answer])
     if not piece or piece[0].isspace() or not piece.strip() or not piece[0].isalpha():
         return None
     spaced = _encode(tokenizer, " " + piece)

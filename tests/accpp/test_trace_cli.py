@@ -150,6 +150,23 @@ def test_prompt_checks_messages():
     assert len(prompt_problems(tok, ids, 4, 7)) == 2  # both answers lack the space
 
 
+class BareTokenizer(WordTokenizer):
+    """Without the keywords (``add_special_tokens``, ``skip_special_tokens``) some stand-ins lack."""
+
+    def __call__(self, text):
+        return super().__call__(text, add_special_tokens=False)
+
+    def decode(self, ids):
+        return super().decode(ids)
+
+
+def test_prompt_checks_on_a_tokenizer_without_keywords():
+    tok = BareTokenizer()
+    ids = tok("when mary and john went to")["input_ids"]
+    assert ends_in_whitespace(tok, ids) is None and ends_in_whitespace(tok, ids + [1]) is not None
+    assert "Did you mean ' mary'?" in answer_space_problem(tok, ids, 4)
+
+
 def test_tracer_warns_on_the_two_silent_mistakes(exact):
     tok = WordTokenizer()
     tracer = Tracer(tiny_model("llama"), tok)
