@@ -45,6 +45,9 @@ Public API (import the modules; nothing runs at import time):
   ``accpp.interpret_view``: the descriptions as a reader sees them, each with its judge score and
   its describer's checks.
 - ``accpp.viewer``: the interactive circuit viewer (one self-contained page per circuit).
+- ``accpp.trace_cli``: ``compendium trace PROMPT --answer A --wrong W``: one prompt's circuit from the
+  shell (summary, JSON, viewer page); ``accpp.prompt_checks``: the warnings for a prompt ending in
+  whitespace and an answer lacking the leading space the prompt implies.
 - ``accpp.figures``: layered circuit drawing in the viewer's colours, legible at the book's width,
   signal-rank histogram.
 - ``accpp.testing``: tiny random float64 models of every supported family.

@@ -240,17 +240,14 @@ class PronounMetrics:
 
 @torch.no_grad()
 def evaluate(model, prompts: list[PronounPrompt]) -> PronounMetrics:
-    """Logit difference at the last position; prompts of equal length run as one batch."""
+    """Logit difference at the last position; prompts of equal length run batched, the logits of the
+    last position only (:func:`accpp.datasets.last_logits`)."""
     if not prompts:
         raise ValueError("evaluate: no prompts")
-    device = next(model.parameters()).device
+    from accpp.datasets import last_logits
+
     ld = torch.empty(len(prompts), dtype=torch.float64)
-    by_len: dict[int, list[int]] = {}
-    for i, p in enumerate(prompts):
-        by_len.setdefault(len(p.input_ids), []).append(i)
-    for idx in by_len.values():
-        ids = torch.tensor([prompts[i].input_ids for i in idx], device=device)
-        logits = model(ids).logits[:, -1].double().cpu()  # (b, vocab)
+    for idx, logits in last_logits(model, [p.input_ids for p in prompts]):  # (b, vocab): the last position only
         r = torch.arange(len(idx))
         c = torch.tensor([prompts[i].correct_id for i in idx])
         w = torch.tensor([prompts[i].wrong_id for i in idx])

@@ -11,6 +11,7 @@ from accpp.acc import ACCConfig, _union_index, _union_labels, select_singular
 from accpp.decompose import KIND_NAMES, visible
 from accpp.interventions import Intervener, NotASignalEdge, SignalSpec
 from accpp.datasets import IOIMetrics
+from accpp.pronouns import PronounMetrics
 from accpp.clustering import _basis, _dummies, _upper, adjusted_rand, cut, gower_centred, normalized_mutual_info
 from accpp.clustering import permutation_test, within_between
 from accpp.signals import FiringSolver
@@ -274,3 +275,24 @@ def evaluate(model, prompts) -> IOIMetrics:
         ld[idx] = logits[r, io] - logits[r, s]
         p[idx] = lp[r, io].exp()
     return IOIMetrics(ld, p)
+
+
+# ---------------------------------------------------------------- accpp.pronouns (evaluation)
+@torch.no_grad()
+def pronoun_evaluate(model, prompts) -> PronounMetrics:
+    """Logit difference at the last position; prompts of equal length run as one batch."""
+    if not prompts:
+        raise ValueError("evaluate: no prompts")
+    device = next(model.parameters()).device
+    ld = torch.empty(len(prompts), dtype=torch.float64)
+    by_len: dict[int, list[int]] = {}
+    for i, p in enumerate(prompts):
+        by_len.setdefault(len(p.input_ids), []).append(i)
+    for idx in by_len.values():
+        ids = torch.tensor([prompts[i].input_ids for i in idx], device=device)
+        logits = model(ids).logits[:, -1].double().cpu()  # (b, vocab)
+        r = torch.arange(len(idx))
+        c = torch.tensor([prompts[i].correct_id for i in idx])
+        w = torch.tensor([prompts[i].wrong_id for i in idx])
+        ld[idx] = logits[r, c] - logits[r, w]
+    return PronounMetrics(ld, torch.tensor([p.gender == "male" for p in prompts]), tuple(p.family for p in prompts))

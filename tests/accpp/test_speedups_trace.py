@@ -185,6 +185,21 @@ def test_evaluate_same_as_before(family, exact):
         assert torch.allclose(new.p_io, old.p_io, rtol=1e-10, atol=1e-15)
 
 
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+def test_pronoun_evaluate_same_as_before(family, exact):
+    from accpp import pronouns
+
+    model = tiny_model(family)
+    prompts = [SimpleNamespace(input_ids=tuple(int(i) for i in random_prompt(n, seed=s)), correct_id=5, wrong_id=9,
+                               gender="male" if s % 2 else "female", family="paper")
+               for n, s in [(8, 1), (10, 2), (8, 3), (8, 4), (10, 5)]]
+    old, new = ref.pronoun_evaluate(model, prompts), pronouns.evaluate(model, prompts)
+    assert torch.allclose(new.logit_diff, old.logit_diff, rtol=1e-10, atol=1e-12)
+    assert torch.equal(new.male, old.male) and new.family == old.family
+    with pytest.raises(ValueError, match="no prompts"):
+        pronouns.evaluate(model, [])
+
+
 def test_last_logits_batches_and_keeps_one_position(exact):
     """At most ``batch`` rows per forward pass, one length per batch, and the model asked for the last
     position's logits only (what bounds the memory)."""
