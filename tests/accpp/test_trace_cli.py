@@ -101,7 +101,8 @@ def test_parse_set_types():
 
 
 def test_tau_factor_moves_the_threshold(exact):
-    """A higher factor stops every greedy removal earlier (tau(d) = factor / n, not the fixed 2.5)."""
+    """tau(d) = min(1, factor / n), not the fixed 2.5 / n: at factor 1e-3 every traced firing's tau is below
+    1e-3, and at least as many firings pass it as at 2.5."""
     from accpp.testing import random_prompt
 
     model = tiny_model("llama")
