@@ -31,7 +31,6 @@ MODEL = ""
 
 # %%
 import math
-import random
 import time
 from collections import Counter
 
@@ -201,7 +200,7 @@ sns.heatmap(att.T.numpy(), ax=axes[0], cmap="mako_r", cbar_kws={"label": "attent
 for layer, head in traced_heads:
     axes[0].add_patch(plt.Circle((layer + 0.5, head + 0.5), 0.45, fill=False, color="#C44E52", lw=2))
 axes[0].set(xlabel="layer", ylabel="head", title="attention to YY, selection half (circles: traced year heads)")
-for x, (name, r) in enumerate(ko["methods"].items()):
+for x, r in enumerate(ko["methods"].values()):
     axes[1].scatter(x + np.random.default_rng(x).uniform(-0.15, 0.15, len(r["random_drops"])), r["random_drops"],
                     color="0.6", s=10)
     axes[1].scatter([x], [r["drop"]], color="#C44E52", s=110, marker="D", zorder=3)

@@ -40,7 +40,6 @@ import time
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
-import torch
 
 from accpp import datasets, ioi
 from accpp import multilingual as ml

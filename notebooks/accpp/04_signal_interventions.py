@@ -40,10 +40,8 @@ MODEL = ""
 import time
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 import seaborn as sns
-import torch
 
 from accpp import datasets, ioi
 from accpp.intervention_summary import (measure_intervention_selective, paired_summary, prompt_ratios,

@@ -23,7 +23,6 @@ SEED = 0
 DEVICE = "cpu"
 
 # %%
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
