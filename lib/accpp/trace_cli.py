@@ -28,7 +28,6 @@ import dataclasses
 import sys
 import warnings
 from collections import Counter
-from pathlib import Path
 
 __all__ = ["add_parser", "run", "main", "parse_set", "CharTokenizer"]
 
@@ -212,6 +211,10 @@ def _run(args) -> int:
         raise TraceInputError("the linear seeding traces logit(answer) - logit(wrong): give --wrong (or --seeding prob)")
     if args.prompt.strip() == "":
         raise TraceInputError("the prompt is empty")
+    try:  # checked before any work: never into the sources or committed files
+        out = paths.check_output(args.out, "--out") if args.out else paths.output_dir() / "trace"
+    except paths.UnsafeOutputError as err:
+        raise TraceInputError(str(err)) from None
     model, tok = _load(args.model)
     ids = encode_prompt(tok, args.prompt, args.bos)
     if not ids:
@@ -233,7 +236,6 @@ def _run(args) -> int:
         except (TypeError, ValueError) as err:
             raise TraceInputError(str(err)) from None
     circuit.meta.update(text=args.prompt, answer=args.answer, wrong_text=args.wrong, model_name=args.model)
-    out = Path(args.out) if args.out else paths.output_dir() / "trace"
     out.mkdir(parents=True, exist_ok=True)
     print(f"{args.model}: {len(ids)} tokens; answer {args.answer!r} (id {correct})"
           + (f" vs {args.wrong!r} (id {wrong})" if wrong is not None else ""))

@@ -80,6 +80,11 @@ def test_refusals(argv, message, capsys, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_out_may_not_be_a_source_folder(capsys):
+    assert _run(TINY_PROMPT, "--answer", "m", "--wrong", "j", "--model", "tiny:llama", "--out", str(ROOT / "lib")) == 2
+    assert "--out" in capsys.readouterr().err and not (ROOT / "lib" / "circuit.json").exists()
+
+
 def test_trailing_space_allowed_on_request_and_options_reach_the_config(capsys, tmp_path):
     assert _run(TINY_PROMPT + " ", "--answer", "m", "--model", "tiny:gemma3_text", "--seeding", "prob",
                 "--allow-trailing-space", "--tau-factor", "1.5", "--variant", "per-position", "--no-bos",
