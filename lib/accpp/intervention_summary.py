@@ -10,9 +10,42 @@ checks that the score-matched control changed the firing's score as the signal d
 """
 from __future__ import annotations
 
-from accpp.interventions import CONTROLS
+from accpp.interventions import CONTROLS, Intervener, compare_subspaces, top_seed_edges
 
-__all__ = ["prompt_ratios", "paired_summary", "score_matching_error", "measure_intervention_selective"]
+__all__ = ["intervention_rows", "prompt_ratios", "paired_summary", "score_matching_error",
+           "measure_intervention_selective"]
+
+
+def intervention_rows(tracer, prompts, circuits, edges_per_prompt: int, n_random: int, seed: int,
+                      controls=CONTROLS, cache=None) -> list[dict]:
+    """The table's rows: per IOI prompt i and its circuit, the ``edges_per_prompt`` signal edges of
+    highest attribution into the seed firings (:func:`accpp.interventions.top_seed_edges`), each removed
+    and compared with ``n_random`` draws per control (seeds ``1000 * seed + 100 * edge + r``, edge =
+    i * edges_per_prompt + j); each row with ``prompt``, ``order`` and ``edge`` ("p{i}:{j}").
+    ``cache``: an :class:`accpp.item_cache.ItemCache`, one item per prompt (its rows); None: all computed."""
+    def one(i, p, c) -> list[dict]:
+        iv = Intervener(tracer, p.ids(), p.io_id, p.s_id)
+        rows = []
+        for j, spec in enumerate(top_seed_edges(c.graph, edges_per_prompt, c.meta["variant"])):
+            for r in compare_subspaces(iv, spec, n_random, seed=1000 * seed + 100 * (i * edges_per_prompt + j),
+                                       controls=controls):
+                rows.append(r.row() | dict(prompt=i, order=p.order, edge=f"p{i}:{j}"))
+        return rows
+
+    if cache is None:
+        return [row for i, (p, c) in enumerate(zip(prompts, circuits)) for row in one(i, p, c)]
+    from accpp import item_cache
+
+    base = dict(model=item_cache.model_fingerprint(tracer.model, tracer.name),
+                config=item_cache.config_key(tracer.config), code=item_cache.code_fingerprint(__name__),
+                edges_per_prompt=edges_per_prompt, n_random=n_random, seed=seed, controls=list(controls))
+    out = []
+    for i, (p, c) in enumerate(zip(prompts, circuits)):
+        circuit = {k: v for k, v in c.to_json().items() if k != "seconds"}
+        key = base | dict(prompt=i, ids=[int(t) for t in p.input_ids], io_id=p.io_id, s_id=p.s_id, order=p.order,
+                          circuit=item_cache.digest(circuit))
+        out += cache.get("intervention-rows", key, lambda i=i, p=p, c=c: one(i, p, c))
+    return out
 
 
 def prompt_ratios(df, control: str = "random_score"):

@@ -7,7 +7,7 @@ from accpp.roles import ROLES, circuit_roles
 from accpp.signals import Firing, FiringSolver, firing_exactness
 from accpp.trace import Circuit, Tracer
 
-__all__ = ["trace_ioi", "circuit_exactness", "circuit_row", "status_counts", "measure_candidates_exact", "measure_signals_rank1",
+__all__ = ["trace_ioi", "trace_many", "circuit_exactness", "circuit_row", "status_counts", "measure_candidates_exact", "measure_signals_rank1",
            "size_matched_null", "measure_ioi_roles"]
 
 
@@ -19,6 +19,24 @@ def trace_ioi(tracer: Tracer, prompt: IOIPrompt) -> Circuit:
     c.meta.update(text=prompt.text, order=prompt.order, template=prompt.template, pos=dict(prompt.pos),
                   io=prompt.io, s=prompt.s)
     return c
+
+
+def trace_many(tracer: Tracer, prompts, cache=None) -> list[Circuit]:
+    """:func:`trace_ioi` of every prompt, in order. ``cache``: an :class:`accpp.item_cache.ItemCache`
+    (``item_cache.for_run()`` in a notebook), which keeps each circuit as it is traced and gives back
+    the ones a resumed run had finished; None: every prompt traced."""
+    if cache is None:
+        return [trace_ioi(tracer, p) for p in prompts]
+    from accpp import item_cache
+
+    base = dict(model=item_cache.model_fingerprint(tracer.model, tracer.name),
+                config=item_cache.config_key(tracer.config), code=item_cache.code_fingerprint(__name__))
+    out = []
+    for p in prompts:
+        key = base | dict(ids=[int(i) for i in p.input_ids], io_id=p.io_id, s_id=p.s_id, text=p.text, order=p.order,
+                          template=p.template, pos=dict(p.pos), io=p.io, s=p.s)
+        out.append(Circuit.from_json(cache.get("ioi-circuits", key, lambda p=p: trace_ioi(tracer, p).to_json())))
+    return out
 
 
 def circuit_exactness(tracer: Tracer, prompt: IOIPrompt, circuit: Circuit, max_firings: int = 20) -> dict:
