@@ -38,6 +38,9 @@ Public API (import the modules; nothing runs at import time):
   ``accpp.head_patch``: the patch of one head in the model's forward pass that makes the removal;
   ``accpp.intervention_summary``: summaries over many removals (per edge, per prompt, pooled) and
   the claim's measurement.
+- ``accpp.item_cache``: each prompt's circuit and intervention rows kept on disk under the run folder
+  as they are computed (``ioi.trace_many``, ``intervention_summary.intervention_rows``), so that a
+  resumed run (``compendium run --resume``) does not redo the prompts it had finished.
 - ``accpp.clustering``: Jaccard distance matrices of circuits, average linkage (scipy), ARI / NMI
   (scikit-learn), permutation tests, dendrogram and heatmap figures.
 - ``accpp.interpret``: automated interpretation of signals, scaled down (signals, their activations,

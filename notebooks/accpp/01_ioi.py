@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 
-from accpp import datasets, families, figures, ioi, ioi_inputs, roles, viewer
+from accpp import datasets, families, figures, ioi, ioi_inputs, item_cache, roles, viewer
 from accpp.acc import measure_smaller_than_acc
 from accpp.graph import save_circuit, signal_ranks
 from accpp.models import load_model
@@ -115,7 +115,7 @@ t0 = time.perf_counter()
 tracer.svd  # per-head SVDs: computed once per model, then read from the cache
 svd_s = time.perf_counter() - t0
 chosen = ioi_inputs.representative_prompts(prompts, metrics.logit_diff.tolist(), N_TRACE)
-circuits = [ioi.trace_ioi(tracer, p) for p in chosen]
+circuits = ioi.trace_many(tracer, chosen, cache=item_cache.for_run())  # a resumed run reads back the finished ones
 for i, c in enumerate(circuits[:2]):
     save_circuit(c, OUT / f"circuit_{i}_{c.meta['order']}.json")
 table = pd.DataFrame([ioi.circuit_row(c) for c in circuits])

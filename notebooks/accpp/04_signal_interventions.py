@@ -43,10 +43,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from accpp import datasets, ioi
-from accpp.intervention_summary import (measure_intervention_selective, paired_summary, prompt_ratios,
-                                        score_matching_error)
-from accpp.interventions import CONTROLS, Intervener, compare_subspaces, top_seed_edges
+from accpp import datasets, ioi, item_cache
+from accpp.intervention_summary import (intervention_rows, measure_intervention_selective, paired_summary,
+                                        prompt_ratios, score_matching_error)
+from accpp.interventions import CONTROLS
 from accpp.models import load_model
 from accpp.trace import Tracer
 from compendium import claims, notebook, plotting
@@ -77,7 +77,8 @@ baba = [p for p in good if p.order == "BABA"]
 chosen = ([p for pair in zip(abba, baba) for p in pair] + abba[len(baba):] + baba[len(abba):])[:N_PROMPTS]
 tracer = Tracer(model, tok, name=MODEL)
 t0 = time.perf_counter()
-circuits = [ioi.trace_ioi(tracer, p) for p in chosen]
+cache = item_cache.for_run()  # a resumed run reads back the prompts it had finished
+circuits = ioi.trace_many(tracer, chosen, cache=cache)
 trace_s = time.perf_counter() - t0
 print(f"{MODEL}: {len(good)}/{len(prompts)} prompts solved; traced {len(circuits)} in {trace_s:.0f} s")
 if len(chosen) < N_PROMPTS:
@@ -91,14 +92,8 @@ pd.DataFrame([ioi.circuit_row(c) for c in circuits])[["order", "text", "logit_di
 # norm-matched and score-matched controls rescale the same draws as the plain one.
 
 # %%
-rows = []
 t0 = time.perf_counter()
-for i, (p, c) in enumerate(zip(chosen, circuits)):
-    iv = Intervener(tracer, p.ids(), p.io_id, p.s_id)
-    for j, spec in enumerate(top_seed_edges(c.graph, EDGES_PER_PROMPT, c.meta["variant"])):
-        for r in compare_subspaces(iv, spec, N_RANDOM, seed=1000 * nb.seed + 100 * (i * EDGES_PER_PROMPT + j),
-                                   controls=CONTROLS):
-            rows.append(r.row() | dict(prompt=i, order=p.order, edge=f"p{i}:{j}"))
+rows = intervention_rows(tracer, chosen, circuits, EDGES_PER_PROMPT, N_RANDOM, nb.seed, CONTROLS, cache=cache)
 interv_s = time.perf_counter() - t0
 df = pd.DataFrame(rows)
 df["abs_ld_change"] = df["metric_change"].abs()

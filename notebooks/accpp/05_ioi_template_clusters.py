@@ -36,7 +36,7 @@ import pandas as pd
 import seaborn as sns
 
 from accpp import clustering as cl
-from accpp import datasets, ioi
+from accpp import datasets, ioi, item_cache
 from accpp import multilingual as ml
 from accpp.models import load_model
 from accpp.trace import Tracer
@@ -89,7 +89,7 @@ behaviour.round(2)
 tracer = Tracer(model, tok, name=MODEL)
 tracer.svd  # per-head SVDs, cached on disk per model
 t0 = time.perf_counter()
-circuits = [ioi.trace_ioi(tracer, p) for p in prompts]
+circuits = ioi.trace_many(tracer, prompts, cache=item_cache.for_run())  # a resumed run reads back the finished ones
 trace_s = time.perf_counter() - t0
 comp = [ml.component_set(c.graph) for c in circuits]
 sig = [ml.signal_set(c.graph) for c in circuits]

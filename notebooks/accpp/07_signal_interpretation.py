@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from accpp import datasets, interpret, interpret_judge, interpret_view, ioi, viewer
+from accpp import datasets, interpret, interpret_judge, interpret_view, ioi, item_cache, viewer
 from accpp.models import load_model
 from accpp.trace import Tracer
 from compendium import claims, notebook, plotting
@@ -96,7 +96,7 @@ prompts = datasets.ioi_mixed(tok, n=N_CANDIDATES, seed=nb.seed)
 metrics = datasets.evaluate(model, prompts)
 solved = [p for p, ld in zip(prompts, metrics.logit_diff.tolist()) if ld > 0][:N_TRACE]
 tracer = Tracer(model, tok, name=MODEL)
-circuits = [ioi.trace_ioi(tracer, p) for p in solved]
+circuits = ioi.trace_many(tracer, solved, cache=item_cache.for_run())  # a resumed run reads back the finished ones
 signals = interpret.select_signals(tracer, circuits, n=N_SIGNALS, ids=[p.ids() for p in solved])
 timings["trace"] = since(t0)
 sig_table = pd.DataFrame([dict(signal=s.name, upstream=s.upstream, downstream=s.downstream, side=s.side,
