@@ -316,11 +316,14 @@ for name in seed_names:
 # each other on the same blocks, and each one's loss minus LLaMA's by position of the predicted token.
 
 # %%
-fla, ablation = SEED_MODELS["deltanet"][0], RANK["ablations"][0]
-if fla in nll and ablation in nll:
+fla, ablation = SEED_MODELS["deltanet"][0], (RANK["ablations"] or [None])[0]
+if ablation is None:
+    print("no ablation in this profile's protocol")
+elif fla in nll and ablation in nll:
     display(split_eval.gaps(nll[ablation], nll[fla], cmp.groups, n_boot=RANK["n_boot"], seed=RANK["seed"])
             .assign(model=ablation, against=fla).round(4))
-by_position = split_eval.position_gaps([fla, ablation], SEED_MODELS["llama"][0], cmp.ids, context=RANK["context"],
+by_position = split_eval.position_gaps([fla, ablation] if ablation else [fla], SEED_MODELS["llama"][0], cmp.ids,
+                                       context=RANK["context"],
                                        n_boot=RANK["n_boot"], seed=RANK["seed"], device=nb.device)
 display(by_position.round(4) if not by_position.empty else "no committed DeltaNet to compare")
 
