@@ -36,14 +36,11 @@ def intervention_rows(tracer, prompts, circuits, edges_per_prompt: int, n_random
         return [row for i, (p, c) in enumerate(zip(prompts, circuits)) for row in one(i, p, c)]
     from accpp import item_cache
 
-    base = dict(model=item_cache.model_fingerprint(tracer.model, tracer.name),
-                config=item_cache.config_key(tracer.config), code=item_cache.code_fingerprint(__name__),
-                edges_per_prompt=edges_per_prompt, n_random=n_random, seed=seed, controls=list(controls))
+    base = item_cache.base_key(tracer, __name__) | dict(edges_per_prompt=edges_per_prompt, n_random=n_random,
+                                                        seed=seed, controls=list(controls))
     out = []
     for i, (p, c) in enumerate(zip(prompts, circuits)):
-        circuit = {k: v for k, v in c.to_json().items() if k != "seconds"}
-        key = base | dict(prompt=i, ids=[int(t) for t in p.input_ids], io_id=p.io_id, s_id=p.s_id, order=p.order,
-                          circuit=item_cache.digest(circuit))
+        key = base | dict(index=i, prompt=item_cache.prompt_key(p), circuit=item_cache.circuit_digest(c))
         out += cache.get("intervention-rows", key, lambda i=i, p=p, c=c: one(i, p, c))
     return out
 

@@ -29,14 +29,9 @@ def trace_many(tracer: Tracer, prompts, cache=None) -> list[Circuit]:
         return [trace_ioi(tracer, p) for p in prompts]
     from accpp import item_cache
 
-    base = dict(model=item_cache.model_fingerprint(tracer.model, tracer.name),
-                config=item_cache.config_key(tracer.config), code=item_cache.code_fingerprint(__name__))
-    out = []
-    for p in prompts:
-        key = base | dict(ids=[int(i) for i in p.input_ids], io_id=p.io_id, s_id=p.s_id, text=p.text, order=p.order,
-                          template=p.template, pos=dict(p.pos), io=p.io, s=p.s)
-        out.append(Circuit.from_json(cache.get("ioi-circuits", key, lambda p=p: trace_ioi(tracer, p).to_json())))
-    return out
+    base = item_cache.base_key(tracer, __name__)
+    return [Circuit.from_json(cache.get("ioi-circuits", base | item_cache.prompt_key(p),
+                                        lambda p=p: trace_ioi(tracer, p).to_json())) for p in prompts]
 
 
 def circuit_exactness(tracer: Tracer, prompt: IOIPrompt, circuit: Circuit, max_firings: int = 20) -> dict:

@@ -50,22 +50,33 @@ def name_pair_null(tracer, prompts: Sequence, tokenizer, n: int, seed: int) -> l
 
 
 def acc_comparison(tracer, prompts: Sequence, circuits: Sequence, n: int, *,
-                   acc: Callable = acc_trace) -> pd.DataFrame:
+                   acc: Callable = acc_trace, cache=None) -> pd.DataFrame:
     """One row per prompt of the first ``n`` (with its ACC++ circuit): the node and firing counts of
     ACC++, ACC and the legacy baseline, ACC's and the legacy's truncation and ACC's seconds; ratio =
-    ACC nodes / ACC++ nodes, legacy_ratio likewise (``acc``: the ACC tracer, ``accpp.acc.acc_trace``)."""
-    rows = []
-    for p, c in zip(prompts[:n], circuits[:n]):
-        a = acc(tracer, p.ids(), p.io_id, p.s_id)
-        old = acc(tracer, p.ids(), p.io_id, p.s_id, config=ACCConfig.legacy())
-        rows.append(dict(order=p.order, accpp_nodes=c.graph.number_of_nodes(), acc_nodes=a.graph.number_of_nodes(),
-                         legacy_nodes=old.graph.number_of_nodes(), accpp_firings=c.n_firings, acc_firings=a.n_firings,
-                         legacy_firings=old.n_firings, acc_truncated=a.meta["truncated"],
-                         legacy_truncated=old.meta["truncated"], acc_seconds=a.seconds))
+    ACC nodes / ACC++ nodes, legacy_ratio likewise (``acc``: the ACC tracer, ``accpp.acc.acc_trace``).
+    ``cache`` (an :class:`accpp.item_cache.ItemCache`): each prompt's row kept as it is computed and read
+    back by a resumed run."""
+    if cache is None:
+        rows = [_acc_row(tracer, p, c, acc) for p, c in zip(prompts[:n], circuits[:n])]
+    else:
+        from accpp import item_cache
+
+        base = item_cache.base_key(tracer, __name__) | dict(acc=f"{acc.__module__}.{acc.__qualname__}")
+        rows = [cache.get("acc-rows", base | dict(prompt=item_cache.prompt_key(p), circuit=item_cache.circuit_digest(c)),
+                          lambda p=p, c=c: _acc_row(tracer, p, c, acc)) for p, c in zip(prompts[:n], circuits[:n])]
     table = pd.DataFrame(rows)
     table["ratio"] = table["acc_nodes"] / table["accpp_nodes"]
     table["legacy_ratio"] = table["legacy_nodes"] / table["accpp_nodes"]
     return table
+
+
+def _acc_row(tracer, p, c, acc: Callable) -> dict:
+    a = acc(tracer, p.ids(), p.io_id, p.s_id)
+    old = acc(tracer, p.ids(), p.io_id, p.s_id, config=ACCConfig.legacy())
+    return dict(order=p.order, accpp_nodes=c.graph.number_of_nodes(), acc_nodes=a.graph.number_of_nodes(),
+                legacy_nodes=old.graph.number_of_nodes(), accpp_firings=c.n_firings, acc_firings=a.n_firings,
+                legacy_firings=old.n_firings, acc_truncated=a.meta["truncated"],
+                legacy_truncated=old.meta["truncated"], acc_seconds=a.seconds)
 
 
 def variant_comparison(other_tracer, prompts: Sequence, circuits: Sequence, n: int, *,

@@ -40,7 +40,7 @@ from typing import Any, Callable
 from compendium import atomic
 
 __all__ = ["ItemCache", "ItemCacheError", "for_run", "model_fingerprint", "config_key", "code_fingerprint",
-           "digest", "ENV"]
+           "digest", "base_key", "prompt_key", "circuit_digest", "ENV"]
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +171,24 @@ def model_fingerprint(model, name: str | None = None) -> str:
             h.update(f"{pname}{tuple(t.shape)}{t.dtype}".encode())
             h.update((t.view(torch.uint8) if t.numel() else t).numpy().tobytes())
     return h.hexdigest()
+
+
+def base_key(tracer, module: str) -> dict:
+    """The part of an item's key shared by every prompt of a loop in ``module`` (its ``__name__``): the
+    tracer's model and TraceConfig and the code of ``module`` (:func:`code_fingerprint`)."""
+    return dict(model=model_fingerprint(tracer.model, tracer.name), config=config_key(tracer.config),
+                code=code_fingerprint(module))
+
+
+def prompt_key(prompt) -> dict:
+    """Every field of a prompt dataclass (an IOIPrompt, a PronounPrompt: its token ids, answers, text,
+    positions), as JSON values."""
+    return json.loads(_canonical(asdict(prompt)))
+
+
+def circuit_digest(circuit) -> str:
+    """sha256 of a circuit's JSON without the trace's wall time (an input of items computed from it)."""
+    return digest({k: v for k, v in circuit.to_json().items() if k != "seconds"})
 
 
 def config_key(config) -> dict:

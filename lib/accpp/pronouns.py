@@ -264,6 +264,18 @@ def trace_pronoun(tracer: Tracer, p: PronounPrompt) -> Circuit:
     return c
 
 
+def trace_many(tracer: Tracer, prompts, cache=None) -> list[Circuit]:
+    """:func:`trace_pronoun` of every prompt, in order; ``cache`` (an :class:`accpp.item_cache.ItemCache`):
+    each circuit kept as it is traced and read back by a resumed run (as :func:`accpp.ioi.trace_many`)."""
+    if cache is None:
+        return [trace_pronoun(tracer, p) for p in prompts]
+    from accpp import item_cache
+
+    base = item_cache.base_key(tracer, __name__)
+    return [Circuit.from_json(cache.get("pronoun-circuits", base | item_cache.prompt_key(p),
+                                        lambda p=p: trace_pronoun(tracer, p).to_json())) for p in prompts]
+
+
 # ---------------------------------------------------------------- where the circuit reads the name
 
 def head_seeds(g: nx.MultiDiGraph) -> list[tuple[str, float]]:

@@ -201,7 +201,7 @@ role_table
 # says whether the firing cap stopped a trace (then the ratio is a lower bound).
 
 # %%
-acc_table = ioi_inputs.acc_comparison(tracer, chosen, circuits, N_ACC)
+acc_table = ioi_inputs.acc_comparison(tracer, chosen, circuits, N_ACC, cache=item_cache.for_run())
 acc_table
 
 # %% [markdown]

@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from accpp import families, figures, viewer
+from accpp import families, figures, item_cache, viewer
 from accpp import pronouns as pr
 from accpp.acc import acc_trace
 from accpp.graph import save_circuit
@@ -96,7 +96,7 @@ for name in MODEL_LIST:
     solved = [p for p, ld in zip(prompts, metrics.logit_diff.tolist()) if ld > 0]
     chosen = pr.family_sample(solved, FAMILIES, N_TRACE, seed=nb.seed)
     tracer = Tracer(model, tok, name=name)
-    circuits = [pr.trace_pronoun(tracer, p) for p in chosen]
+    circuits = pr.trace_many(tracer, chosen, cache=item_cache.for_run())  # a resumed run reads back the finished ones
     n_acc = N_ACC * len(FAMILIES)  # the first N_ACC of each family (family_sample's order)
     sizes = pd.DataFrame([pr.size_row(p, c, acc_trace(tracer, p.ids(), p.correct_id, p.wrong_id))
                           for p, c in zip(chosen[:n_acc], circuits[:n_acc])])

@@ -170,10 +170,7 @@ def test_a_truncated_edited_or_foreign_file_is_recomputed(setup, tmp_path, monke
 
 def _key(tracer, p) -> dict:
     """The key trace_many uses (checked against its files by the test above)."""
-    base = dict(model=item_cache.model_fingerprint(tracer.model, tracer.name),
-                config=item_cache.config_key(tracer.config), code=item_cache.code_fingerprint("accpp.ioi"))
-    return base | dict(ids=list(p.input_ids), io_id=p.io_id, s_id=p.s_id, text=p.text, order=p.order,
-                       template=p.template, pos=dict(p.pos), io=p.io, s=p.s)
+    return item_cache.base_key(tracer, "accpp.ioi") | item_cache.prompt_key(p)
 
 
 @pytest.mark.parametrize("k", [0, 1, 3])
@@ -236,3 +233,42 @@ def test_an_unwritable_folder_is_a_clear_error(tmp_path):
     blocker.write_text("")
     with pytest.raises(ItemCacheError, match="the item cache folder .*a-file/items cannot be written"):
         ItemCache(blocker / "items")
+
+
+def test_pronoun_circuits_and_acc_rows_are_cached_and_resumed(setup, tmp_path, monkeypatch):
+    from accpp import ioi_inputs, pronouns
+    from accpp.acc import acc_trace
+
+    tracer, prompts, circuits, _ = setup
+    pp = [pronouns.PronounPrompt(text=p.text, name=p.io, gender="male", template=p.template, correct_id=p.io_id,
+                                 wrong_id=p.s_id, input_ids=p.input_ids, pos={"name": 1, "end": 9}) for p in prompts]
+    plain = pronouns.trace_many(tracer, pp)
+    calls = _count_traces(monkeypatch, tracer, stop_after=2)
+    with pytest.raises(KeyboardInterrupt):
+        pronouns.trace_many(tracer, pp, cache=ItemCache(tmp_path))
+    calls.clear()
+    calls_left = _count_traces(monkeypatch, tracer)
+    resumed = pronouns.trace_many(tracer, pp, cache=ItemCache(tmp_path))
+    assert len(calls_left) == N - 2 and [_json(c) for c in resumed] == [_json(c) for c in plain]
+    monkeypatch.undo()
+
+    # ACC rows (accpp/01): stopped after one prompt, then resumed
+    made, stop = [], []
+
+    def acc(*a, **kw):
+        if stop and len(made) >= 2 * stop[0]:  # two ACC traces (ACC, legacy) per prompt
+            raise KeyboardInterrupt("stopped")
+        made.append(1)
+        return acc_trace(*a, **kw)
+
+    expected = ioi_inputs.acc_comparison(tracer, prompts, circuits, 3, acc=acc)
+    made.clear()
+    stop.append(1)
+    with pytest.raises(KeyboardInterrupt):
+        ioi_inputs.acc_comparison(tracer, prompts, circuits, 3, acc=acc, cache=ItemCache(tmp_path))
+    made.clear()
+    stop.clear()
+    got = ioi_inputs.acc_comparison(tracer, prompts, circuits, 3, acc=acc, cache=ItemCache(tmp_path))
+    assert len(made) == 2 * 2  # prompts 2 and 3 only
+    assert got.drop(columns="acc_seconds").equals(expected.drop(columns="acc_seconds"))
+    assert list(got.columns) == list(expected.columns) and (got["acc_seconds"] > 0).all()
