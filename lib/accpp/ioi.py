@@ -7,7 +7,8 @@ from accpp.roles import ROLES, circuit_roles
 from accpp.signals import Firing, FiringSolver, firing_exactness
 from accpp.trace import Circuit, Tracer
 
-__all__ = ["trace_ioi", "trace_many", "circuit_exactness", "circuit_row", "status_counts", "measure_candidates_exact", "measure_signals_rank1",
+__all__ = ["trace_ioi", "trace_many",
+           "circuit_exactness", "circuit_row", "status_counts", "measure_candidates_exact", "measure_signals_rank1",
            "size_matched_null", "measure_ioi_roles"]
 
 

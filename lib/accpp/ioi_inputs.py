@@ -62,7 +62,8 @@ def acc_comparison(tracer, prompts: Sequence, circuits: Sequence, n: int, *,
         from accpp import item_cache
 
         base = item_cache.base_key(tracer, __name__) | dict(acc=f"{acc.__module__}.{acc.__qualname__}")
-        rows = [cache.get("acc-rows", base | dict(prompt=item_cache.prompt_key(p), circuit=item_cache.circuit_digest(c)),
+        rows = [cache.get("acc-rows", base | dict(prompt=item_cache.prompt_key(p),
+                                                  circuit=item_cache.circuit_digest(c)),
                           lambda p=p, c=c: _acc_row(tracer, p, c, acc)) for p, c in zip(prompts[:n], circuits[:n])]
     table = pd.DataFrame(rows)
     table["ratio"] = table["acc_nodes"] / table["accpp_nodes"]

@@ -77,8 +77,8 @@ class ItemCache:
             probe = atomic.write_text(self.folder / ".writable", "")
             probe.unlink()
         except OSError as err:
-            raise ItemCacheError(f"the item cache folder {self.folder} cannot be written ({err.strerror or err}): "
-                                 "give the run an output folder this user can write (compendium run --output)") from None
+            raise ItemCacheError(f"the item cache folder {self.folder} cannot be written ({err.strerror or err}): give "
+                                 "the run an output folder this user can write (compendium run --output)") from None
 
     def path(self, kind: str, key: dict) -> Path:
         if not kind or "/" in kind or kind.startswith("."):

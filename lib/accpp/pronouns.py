@@ -381,6 +381,22 @@ def size_row(p: PronounPrompt, accpp: Circuit, acc: Circuit) -> dict:
                 accpp_seconds=accpp.seconds, acc_seconds=acc.seconds)
 
 
+def size_rows(tracer: Tracer, prompts, circuits, acc=None, cache=None) -> list[dict]:
+    """:func:`size_row` of each prompt with its ACC++ circuit and its ACC circuit (``acc``, default
+    :func:`accpp.acc.acc_trace`, traced here); ``cache`` (an :class:`accpp.item_cache.ItemCache`): each
+    row kept as it is computed and read back by a resumed run."""
+    if acc is None:
+        from accpp.acc import acc_trace as acc
+    one = lambda p, c: size_row(p, c, acc(tracer, p.ids(), p.correct_id, p.wrong_id))  # noqa: E731
+    if cache is None:
+        return [one(p, c) for p, c in zip(prompts, circuits)]
+    from accpp import item_cache
+
+    base = item_cache.base_key(tracer, __name__) | dict(acc=f"{acc.__module__}.{acc.__qualname__}")
+    key = lambda p, c: base | dict(prompt=item_cache.prompt_key(p), circuit=item_cache.circuit_digest(c))  # noqa: E731
+    return [cache.get("pronoun-acc-rows", key(p, c), lambda p=p, c=c: one(p, c)) for p, c in zip(prompts, circuits)]
+
+
 def _per_model(d: dict, what: str) -> None:
     if not d:
         raise ValueError(f"{what}: no models")

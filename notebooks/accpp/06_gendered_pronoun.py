@@ -54,7 +54,6 @@ import seaborn as sns
 
 from accpp import families, figures, item_cache, viewer
 from accpp import pronouns as pr
-from accpp.acc import acc_trace
 from accpp.graph import save_circuit
 from accpp.models import load_model
 from accpp.trace import Tracer
@@ -98,8 +97,7 @@ for name in MODEL_LIST:
     tracer = Tracer(model, tok, name=name)
     circuits = pr.trace_many(tracer, chosen, cache=item_cache.for_run())  # a resumed run reads back the finished ones
     n_acc = N_ACC * len(FAMILIES)  # the first N_ACC of each family (family_sample's order)
-    sizes = pd.DataFrame([pr.size_row(p, c, acc_trace(tracer, p.ids(), p.correct_id, p.wrong_id))
-                          for p, c in zip(chosen[:n_acc], circuits[:n_acc])])
+    sizes = pd.DataFrame(pr.size_rows(tracer, chosen[:n_acc], circuits[:n_acc], cache=item_cache.for_run()))
     results[name] = dict(prompts=prompts, metrics=metrics, chosen=chosen, circuits=circuits, sizes=sizes,
                          paths=pr.name_path_table(circuits), seconds=time.perf_counter() - t0)
     biggest = max(range(len(circuits)), key=lambda i: circuits[i].graph.number_of_nodes())

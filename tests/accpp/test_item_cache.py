@@ -252,6 +252,17 @@ def test_pronoun_circuits_and_acc_rows_are_cached_and_resumed(setup, tmp_path, m
     assert len(calls_left) == N - 2 and [_json(c) for c in resumed] == [_json(c) for c in plain]
     monkeypatch.undo()
 
+    # the ACC size rows (accpp/06): computed once, then read back without an ACC trace
+    n_acc = []
+    counted_acc = lambda *a, **kw: n_acc.append(1) or acc_trace(*a, **kw)  # noqa: E731
+    sizes = pronouns.size_rows(tracer, pp[:2], plain[:2], acc=counted_acc)
+    first = pronouns.size_rows(tracer, pp[:2], resumed[:2], acc=counted_acc, cache=ItemCache(tmp_path))
+    again = pronouns.size_rows(tracer, pp[:2], resumed[:2], acc=counted_acc, cache=ItemCache(tmp_path))
+    assert len(n_acc) == 4 and first == again
+    timings = ("acc_seconds", "accpp_seconds")  # of the traces made in this test, not of the stored ones
+    assert [{k: v for k, v in r.items() if k not in timings} for r in sizes] == \
+        [{k: v for k, v in r.items() if k not in timings} for r in first]
+
     # ACC rows (accpp/01): stopped after one prompt, then resumed
     made, stop = [], []
 
