@@ -1,6 +1,7 @@
 """What training reads is what data/SHA256SUMS lists: the token cache is verified on every load
 (flipped tokens are caught and rebuilt), unlisted or modified corpus files are refused by the loader
 and by ``make check-data``, which names the fix and needs nothing but sha256sum."""
+import gzip
 import json
 import os
 import shutil
@@ -104,8 +105,10 @@ def small_repo(tmp_path):
     """A folder with a data/ of three files and their SHA256SUMS, and a pyproject.toml but no .venv."""
     root = tmp_path / "repo"
     (root / "data/corpus/en").mkdir(parents=True)
-    (root / "data/corpus/en/a.jsonl.gz").write_bytes(b"a" * 100)
-    (root / "data/corpus/en/openstax_b.jsonl.gz").write_bytes(b"b" * 100)
+    for name, text in (("a", "a" * 100), ("openstax_b", "b" * 100)):   # one record of the corpus's schema each
+        record = {"id": name, "source": "openstax", "lang": "en", "license": "CC-BY-4.0", "text": text}
+        (root / f"data/corpus/en/{name}.jsonl.gz").write_bytes(
+            gzip.compress((json.dumps(record) + "\n").encode(), mtime=0))
     (root / "data/names.json").write_text("[]\n")
     (root / "data/MANIFEST.md").write_text("# data\n")
     subprocess.run("sha256sum ./corpus/en/a.jsonl.gz ./corpus/en/openstax_b.jsonl.gz ./names.json > SHA256SUMS",
